@@ -1,0 +1,45 @@
+# Sherdlock: `make run` serves everything, `make test` runs every test. Both set themselves up.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: run test test-slow lint bench superuser seed clean help
+
+help:
+	@echo "make run        serve web + Celery worker + beat (embedded PostgreSQL and broker by default)"
+	@echo "make test       install and run the whole test suite (short stress variants)"
+	@echo "make test-slow  the long stress variants only"
+	@echo "make bench      benchmarks with baselines; report under bench/results/"
+	@echo "make superuser  create an operator login for the admin"
+	@echo "make seed       load demo tokens (10 wallets x 1000 tokens)"
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (set PYTHON=python3.11)")'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m config.serve
+
+test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+superuser: $(STAMP)
+	$(PY) manage.py createsuperuser
+
+seed: $(STAMP)
+	$(PY) manage.py seed_tokens --wallets 10 --tokens-per-wallet 1000
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,40 @@
+"""API clients: hashed keys scoped to wallets and rights, and the shared rate-limit buckets."""
+
+from __future__ import annotations
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from rest_framework_api_key.models import AbstractAPIKey
+
+from tokens.models import ID_MAX_LENGTH
+
+
+class ApiKey(AbstractAPIKey):
+    """A client's key; only its hash is stored. Scoped to ``wallets`` (or all) and to rights."""
+
+    wallets = ArrayField(
+        models.CharField(max_length=ID_MAX_LENGTH), default=list, blank=True,
+        help_text="Wallets this key may use (ignored when 'all wallets' is set).",
+    )
+    all_wallets = models.BooleanField(default=False)
+    can_issue = models.BooleanField(default=False, help_text="May issue tokens.")
+    can_select = models.BooleanField(default=False, help_text="May select, spend and release.")
+    can_read = models.BooleanField(default=True, help_text="May read tokens, balances, locks.")
+
+    class Meta(AbstractAPIKey.Meta):
+        verbose_name = "API key"
+        verbose_name_plural = "API keys"
+
+    def may_use(self, wallet: str) -> bool:
+        return self.all_wallets or wallet in self.wallets
+
+
+class RateBucket(models.Model):
+    """Rolling rate-limit state shared by every replica: capacity used as of ``updated_at``."""
+
+    key = models.CharField(max_length=255, primary_key=True)
+    used = models.FloatField(default=0.0)
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.key

@@ -1,0 +1,204 @@
+"""Django settings for Sherdlock, read from the environment (12-factor).
+
+``DATABASE_URL`` names a PostgreSQL server; unset, the project-local embedded server is started.
+``CELERY_BROKER_URL`` names a broker; unset, the project-local embedded Redis is used.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(os.environ.get("SHERDLOCK_DATA_DIR", BASE_DIR / ".data"))
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    """Read a boolean environment variable (1/true/yes/on)."""
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_list(name: str, default: str) -> list[str]:
+    """Read a comma-separated environment variable."""
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def _secret_key() -> str:
+    # A generated key persisted in the git-ignored data dir keeps sessions valid across restarts
+    # of a local run; production sets SECRET_KEY.
+    if key := os.environ.get("SECRET_KEY"):
+        return key
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+EMBEDDED_DATABASE = None  # the embedded server, when this process uses it
+
+
+def database_settings(url: str | None) -> dict[str, object]:
+    """Return the default database entry; only PostgreSQL is supported."""
+    global EMBEDDED_DATABASE
+    if not url:
+        from config import embedded_db
+
+        EMBEDDED_DATABASE = embedded_db.ensure_running(DATA_DIR / "postgres")
+        return EMBEDDED_DATABASE.settings
+    config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
+    if config["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured(
+            f"DATABASE_URL uses {config['ENGINE']!r}; Sherdlock supports PostgreSQL only "
+            "(SQLite has no SKIP LOCKED, sequences or concurrent writers). Unset DATABASE_URL "
+            "to use the embedded PostgreSQL server."
+        )
+    return config
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("DEBUG")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],testserver")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "rest_framework_api_key",
+    "django_filters",
+    "drf_spectacular",
+    "django_celery_beat",
+    "tokens",
+    "locks",
+    "clients",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": database_settings(os.environ.get("DATABASE_URL"))}
+DATABASES["default"].setdefault("TEST", {})
+if test_name := os.environ.get("SHERDLOCK_TEST_DB"):
+    # Lets several test runs share one server without dropping each other's database.
+    DATABASES["default"]["TEST"]["NAME"] = test_name
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns about a missing root
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+# Serve admin assets straight from the apps when collectstatic has not run (tests, first start).
+WHITENOISE_USE_FINDERS = True
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Sherdlock API",
+    "DESCRIPTION": "Select, lock, spend and release tokens across replicas without double spends.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# Selector knobs; every one is documented in README.md ("Configuration").
+SHERDLOCK = {
+    "MAX_RETRIES": int(os.environ.get("SHERDLOCK_MAX_RETRIES", 5)),
+    "FETCH_LIMIT": int(os.environ.get("SHERDLOCK_FETCH_LIMIT", 64)),
+    "CACHE_TTL": float(os.environ.get("SHERDLOCK_CACHE_TTL", 1.0)),
+    "BACKOFF_ATTEMPTS": int(os.environ.get("SHERDLOCK_BACKOFF_ATTEMPTS", 3)),
+    "BACKOFF_MIN": float(os.environ.get("SHERDLOCK_BACKOFF_MIN", 0.005)),
+    "BACKOFF_MAX": float(os.environ.get("SHERDLOCK_BACKOFF_MAX", 0.05)),
+    "LEASE_SECONDS": float(os.environ.get("SHERDLOCK_LEASE_SECONDS", 60)),
+    "MAX_LEASE_SECONDS": float(os.environ.get("SHERDLOCK_MAX_LEASE_SECONDS", 600)),
+}
+
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {
+        "sherdlock": {"level": LOG_LEVEL},
+        "tokens": {"level": LOG_LEVEL},
+        "locks": {"level": LOG_LEVEL},
+        "clients": {"level": LOG_LEVEL},
+        "config": {"level": LOG_LEVEL},
+    },
+}
+
+# Celery: the broker defaults to the embedded Redis that `make run` starts (config.broker).
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or (
+    f"redis+socket://{(DATA_DIR / 'redis' / 'redis.sock').resolve()}"
+)
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = TIME_ZONE
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

@@ -1,0 +1,61 @@
+"""Shared fixtures: the real PostgreSQL test database and ways to reach it from other processes."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop the embedded PostgreSQL server if this test run started it."""
+    if hasattr(session.config, "workerinput"):
+        return
+    try:
+        from django.conf import settings
+
+        server = getattr(settings, "EMBEDDED_DATABASE", None)
+    except Exception:  # settings never configured: nothing was started
+        return
+    if server is not None and server.started:
+        from config import embedded_db
+
+        embedded_db.stop(server.data_dir)
+
+
+def database_url(settings_dict: dict) -> str:
+    """Return a DATABASE_URL for a Django connection's settings (socket hosts percent-encoded)."""
+    host = quote(str(settings_dict.get("HOST") or "127.0.0.1"), safe="")
+    port = settings_dict.get("PORT") or 5432
+    user = quote(settings_dict.get("USER") or "postgres", safe="")
+    password = settings_dict.get("PASSWORD") or ""
+    auth = f"{user}:{quote(password, safe='')}" if password else user
+    return f"postgresql://{auth}@{host}:{port}/{settings_dict['NAME']}"
+
+
+@pytest.fixture
+def db_url(transactional_db) -> str:
+    """The test database's URL, for replica processes that must see committed rows."""
+    from django.db import connection
+
+    return database_url(connection.settings_dict)
+
+
+@pytest.fixture
+def subprocess_env(db_url: str) -> dict[str, str]:
+    """Environment for a child process that uses the test database."""
+    env = dict(os.environ)
+    env["DATABASE_URL"] = db_url
+    env["DJANGO_SETTINGS_MODULE"] = "config.settings"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+@pytest.fixture
+def python() -> str:
+    return sys.executable

@@ -1,0 +1,102 @@
+"""Database constraints guard tokens and locks, not only Python validation."""
+
+from decimal import Decimal
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, connection, transaction
+
+from locks.models import Selection, TokenLock
+from tests.factories import make_lock, make_token
+from tokens.models import MAX_QUANTITY, Token
+
+pytestmark = pytest.mark.django_db
+
+
+def test_second_lock_row_for_same_token_is_rejected_by_postgres():
+    token = make_token()
+    make_lock(token, "tx-a")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        TokenLock.objects.create(token=token, spender_tx_id="tx-b", fence=2,
+                                 expires_at=TokenLock.objects.get().expires_at)
+    assert TokenLock.objects.get().spender_tx_id == "tx-a"
+
+
+def test_lock_insert_conflict_is_reported_by_on_conflict_do_nothing():
+    token = make_token()
+    make_lock(token, "tx-a")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, expires_at) "
+            "VALUES (%s, 'tx-b', 2, now() + interval '1 minute') "
+            "ON CONFLICT (token_id) DO NOTHING RETURNING token_id",
+            [token.pk],
+        )
+        assert cursor.fetchall() == []
+
+
+@pytest.mark.parametrize("quantity", [Decimal(-1), MAX_QUANTITY + 1])
+def test_quantity_out_of_range_is_rejected_by_postgres(quantity):
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Token.objects.create(tx_id="t", index=0, wallet="w", currency="USD", quantity=quantity)
+    assert not Token.objects.exists()
+
+
+def test_largest_quantity_is_stored_exactly():
+    token = make_token(quantity=MAX_QUANTITY)
+    token.refresh_from_db()
+    assert token.quantity == Decimal(18446744073709551615)
+    assert isinstance(token.quantity, Decimal)
+
+
+def test_quantity_validators_reject_out_of_range_values():
+    token = Token(tx_id="t", index=0, wallet="w", currency="USD", quantity=MAX_QUANTITY + 1)
+    with pytest.raises(ValidationError) as excinfo:
+        token.full_clean()
+    assert "quantity" in excinfo.value.message_dict
+
+
+def test_token_identity_is_unique():
+    make_token(tx_id="tx", index=0)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        make_token(tx_id="tx", index=0, wallet="bob")
+
+
+def test_spent_by_and_spent_at_go_together():
+    token = make_token()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Token.objects.filter(pk=token.pk).update(spent_by="tx-spend")
+
+
+def test_lock_expiry_cannot_precede_creation():
+    token = make_token()
+    make_lock(token)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        TokenLock.objects.filter(pk=token.pk).update(expires_at="2000-01-01T00:00:00Z")
+
+
+def test_deleting_a_token_removes_its_lock():
+    token = make_token()
+    make_lock(token)
+    token.delete()
+    assert not TokenLock.objects.exists()
+
+
+def test_selection_fences_come_from_a_strictly_increasing_sequence():
+    fences = [
+        Selection.objects.create(tx_id=f"tx-{i}", wallet="w", currency="USD", quantity=1,
+                                 total=1).fence
+        for i in range(3)
+    ]
+    assert fences == sorted(fences) and len(set(fences)) == 3
+
+
+def test_unspent_index_serves_the_candidate_query():
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+        cursor.execute(
+            "EXPLAIN SELECT id, quantity FROM tokens_token "
+            "WHERE wallet = 'w' AND currency = 'USD' AND spent_at IS NULL ORDER BY id LIMIT 10"
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "token_unspent_by_wallet" in plan

@@ -1,0 +1,83 @@
+"""Tokens: UTXO-like units of value owned by a wallet, in one currency, of an exact quantity."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+MAX_QUANTITY = Decimal(2**64 - 1)
+ID_MAX_LENGTH = 128
+CURRENCY_MAX_LENGTH = 32
+
+
+class TokenQuerySet(models.QuerySet):
+    def unspent(self) -> TokenQuerySet:
+        return self.filter(spent_at__isnull=True)
+
+    def spent(self) -> TokenQuerySet:
+        return self.filter(spent_at__isnull=False)
+
+    def of(self, wallet: str, currency: str) -> TokenQuerySet:
+        return self.filter(wallet=wallet, currency=currency)
+
+
+class Token(models.Model):
+    """An output of transaction ``tx_id`` at ``index``; spent once ``spent_by`` is set."""
+
+    tx_id = models.CharField(max_length=ID_MAX_LENGTH)
+    index = models.PositiveIntegerField()
+    wallet = models.CharField(max_length=ID_MAX_LENGTH)
+    currency = models.CharField(max_length=CURRENCY_MAX_LENGTH)
+    # Minor units up to 2**64-1 need 20 digits; Decimal keeps them exact (never float).
+    quantity = models.DecimalField(
+        max_digits=20,
+        decimal_places=0,
+        validators=[MinValueValidator(Decimal(0)), MaxValueValidator(MAX_QUANTITY)],
+    )
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
+    # NULL (not "") while unspent, so the spent check constraint and indexes stay exact.
+    spent_by = models.CharField(max_length=ID_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
+    spent_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TokenQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tx_id", "index"], name="token_identity_unique"),
+            models.CheckConstraint(
+                condition=Q(quantity__gte=0) & Q(quantity__lte=MAX_QUANTITY),
+                name="token_quantity_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(spent_by__isnull=True, spent_at__isnull=True)
+                | Q(spent_by__isnull=False, spent_at__isnull=False),
+                name="token_spent_fields_together",
+            ),
+            models.CheckConstraint(
+                condition=~Q(wallet="") & ~Q(currency="") & ~Q(tx_id=""),
+                name="token_names_not_empty",
+            ),
+        ]
+        indexes = [
+            # Serves "unspent tokens of (wallet, currency)" — the selector's candidate query —
+            # in id order, so a fetch can start at a random pivot and walk the index.
+            models.Index(
+                fields=["wallet", "currency", "id"],
+                include=["quantity"],
+                condition=Q(spent_at__isnull=True),
+                name="token_unspent_by_wallet",
+            ),
+            models.Index(fields=["spent_by"], name="token_spent_by",
+                         condition=Q(spent_by__isnull=False)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tx_id}:{self.index}"
+
+    @property
+    def is_spent(self) -> bool:
+        return self.spent_at is not None
