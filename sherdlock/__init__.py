@@ -1,0 +1,43 @@
+"""Select and lock tokens across replicas without handing a token to two transactions."""
+
+from .cache import TokenCache
+from .config import BackoffPolicy, SelectorConfig
+from .errors import FundsLocked, InsufficientFunds, InvalidRequest, SherdlockError
+from .interfaces import Clock, Sleeper, TokenStore
+from .lease import LeaseKeeper
+from .memory import InMemoryStore
+from .selector import Selector
+from .types import (
+    MAX_QUANTITY,
+    Candidate,
+    FetchResult,
+    LockOutcome,
+    Selection,
+    SelectionStats,
+    Supply,
+    WalletKey,
+)
+
+__all__ = [
+    "MAX_QUANTITY",
+    "BackoffPolicy",
+    "Candidate",
+    "Clock",
+    "FetchResult",
+    "FundsLocked",
+    "InMemoryStore",
+    "InsufficientFunds",
+    "InvalidRequest",
+    "LeaseKeeper",
+    "LockOutcome",
+    "Selection",
+    "SelectionStats",
+    "Selector",
+    "SelectorConfig",
+    "SherdlockError",
+    "Sleeper",
+    "Supply",
+    "TokenCache",
+    "TokenStore",
+    "WalletKey",
+]

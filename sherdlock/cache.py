@@ -1,0 +1,260 @@
+"""Per-replica cache of candidate tokens and of the tokens this replica holds locked."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Collection, Hashable, Iterable
+from dataclasses import dataclass, field
+
+from .interfaces import Clock
+from .types import Candidate, WalletKey
+
+
+@dataclass(slots=True)
+class _Queue:
+    """Candidates of one wallet/currency in take order, stamped when last filled."""
+
+    stamp: float
+    # Removal is lazy: `order` may hold entries no longer in `members`, which take() skips.
+    order: deque[Candidate] = field(default_factory=deque)
+    members: dict[int, Candidate] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Hold:
+    """A lock this replica holds on a token, remembered until a deadline."""
+
+    until: float
+    owner: Hashable
+
+
+class TokenCache:
+    """Keep per-wallet queues of candidate tokens and the ids this replica holds; thread-safe.
+
+    The cache is a hint, never the truth: a cached token may be locked or spent by another
+    replica meanwhile, which only costs a failed lock attempt. Queues expire `ttl` seconds
+    after they were last filled and at most `max_wallets` queues are kept (LRU).
+    """
+
+    def __init__(
+        self, ttl: float = 1.0, max_wallets: int = 10_000, clock: Clock = time.monotonic
+    ) -> None:
+        if ttl <= 0:
+            raise ValueError(f"ttl must be positive, got {ttl!r}")
+        if max_wallets < 1:
+            raise ValueError(f"max_wallets must be positive, got {max_wallets!r}")
+        self.ttl = ttl
+        self.max_wallets = max_wallets
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._queues: OrderedDict[WalletKey, _Queue] = OrderedDict()
+        # Which queue a cached token sits in, so forgetting a spent token needs no key.
+        self._where: dict[int, WalletKey] = {}
+        self._held: dict[int, _Hold] = {}
+        self._prune_held_at = 1024
+
+    def put(self, key: WalletKey, candidates: Iterable[Candidate]) -> None:
+        """Fill the queue of `key` with freshly fetched candidates and restamp it.
+
+        A stale queue is replaced; a fresh one is extended, skipping ids already queued.
+        """
+        candidates = list(candidates)
+        with self._lock:
+            now = self._clock()
+            queue = self._fresh(key, now)
+            if not candidates:
+                return  # nothing learned; creating a queue could evict a useful one
+            if queue is None:
+                queue = self._create(key, now)
+            queue.stamp = now
+            self._append(key, queue, candidates)
+
+    def add(self, key: WalletKey, candidates: Iterable[Candidate]) -> None:
+        """Append newly issued tokens to the queue of `key` without restamping it."""
+        candidates = list(candidates)
+        with self._lock:
+            now = self._clock()
+            queue = self._fresh(key, now)
+            if not candidates:
+                return
+            if queue is None:
+                queue = self._create(key, now)
+            self._append(key, queue, candidates)
+
+    def take(
+        self, key: WalletKey, need: int, exclude: Collection[int] = frozenset()
+    ) -> list[Candidate]:
+        """Pop candidates of `key` until their quantities reach `need`; may return fewer.
+
+        Ids in `exclude` or held by this replica are dropped from the queue, not returned:
+        they are locked by us and come back through a fetch once released.
+        """
+        with self._lock:
+            now = self._clock()
+            queue = self._fresh(key, now)
+            if queue is None or need <= 0:
+                return []
+            taken: list[Candidate] = []
+            reached = 0
+            while queue.order and reached < need:
+                candidate = queue.order.popleft()
+                token_id = candidate.token_id
+                if queue.members.get(token_id) is not candidate:
+                    continue  # discarded, or superseded by a later entry
+                del queue.members[token_id]
+                self._where.pop(token_id, None)
+                if token_id in exclude or self._is_held(token_id, now):
+                    continue
+                taken.append(candidate)
+                reached += candidate.quantity
+            self._drop_if_empty(key, queue)
+            return taken
+
+    def peek(self, key: WalletKey) -> list[Candidate]:
+        """Return the usable queued candidates of `key` in take order, without popping."""
+        with self._lock:
+            queue = self._fresh(key, self._clock())
+            if queue is None:
+                return []
+            seen: set[int] = set()
+            out = []
+            for candidate in queue.order:
+                token_id = candidate.token_id
+                if queue.members.get(token_id) is candidate and token_id not in seen:
+                    seen.add(token_id)
+                    out.append(candidate)
+            return out
+
+    def discard(self, key: WalletKey | None, token_ids: Iterable[int]) -> int:
+        """Remove tokens known to be locked or spent from the queue of `key` (None: any)."""
+        removed = 0
+        with self._lock:
+            for token_id in token_ids:
+                where = self._where.get(token_id)
+                if where is None or (key is not None and where != key):
+                    continue
+                queue = self._queues[where]
+                del queue.members[token_id]
+                del self._where[token_id]
+                removed += 1
+                self._compact(queue)
+                self._drop_if_empty(where, queue)
+        return removed
+
+    def invalidate(self, key: WalletKey | None = None) -> None:
+        """Drop the queue of `key`, or every queue when `key` is None."""
+        with self._lock:
+            if key is None:
+                self._queues.clear()
+                self._where.clear()
+            elif key in self._queues:
+                self._remove(key)
+
+    def __len__(self) -> int:
+        """Return the number of wallet/currency queues kept, fresh or not."""
+        with self._lock:
+            return len(self._queues)
+
+    def hold(self, token_ids: Iterable[int], until: float, owner: Hashable = None) -> None:
+        """Remember that this replica holds locks on `token_ids` until monotonic time `until`."""
+        with self._lock:
+            entry = _Hold(until, owner)
+            for token_id in token_ids:
+                self._held[token_id] = entry
+            if len(self._held) >= self._prune_held_at:
+                # Expired holds are otherwise only removed when looked up.
+                now = self._clock()
+                self._held = {t: h for t, h in self._held.items() if h.until > now}
+                self._prune_held_at = max(1024, 2 * len(self._held))
+
+    def unhold(self, token_ids: Iterable[int]) -> None:
+        """Forget holds on `token_ids`."""
+        with self._lock:
+            for token_id in token_ids:
+                self._held.pop(token_id, None)
+
+    def unhold_owner(self, owner: Hashable) -> int:
+        """Forget every hold recorded for `owner`; return how many."""
+        with self._lock:
+            ids = [t for t, h in self._held.items() if h.owner == owner]
+            for token_id in ids:
+                del self._held[token_id]
+            return len(ids)
+
+    def is_held(self, token_id: int) -> bool:
+        """Tell whether this replica still holds a lock on `token_id`."""
+        with self._lock:
+            return self._is_held(token_id, self._clock())
+
+    def _is_held(self, token_id: int, now: float) -> bool:
+        """Tell whether `token_id` is held at `now`, dropping an expired hold."""
+        entry = self._held.get(token_id)
+        if entry is None:
+            return False
+        if entry.until <= now:
+            del self._held[token_id]
+            return False
+        return True
+
+    def _fresh(self, key: WalletKey, now: float) -> _Queue | None:
+        """Return the usable queue of `key`, dropping it if stale; mark it recently used."""
+        queue = self._queues.get(key)
+        if queue is None:
+            return None
+        if now - queue.stamp >= self.ttl:
+            self._remove(key)
+            return None
+        self._queues.move_to_end(key)
+        return queue
+
+    def _create(self, key: WalletKey, now: float) -> _Queue:
+        """Create an empty queue for `key`, evicting least recently used queues over the bound."""
+        if key in self._queues:
+            self._remove(key)  # stale leftover
+        queue = _Queue(stamp=now)
+        self._queues[key] = queue
+        while len(self._queues) > self.max_wallets:
+            oldest = next(iter(self._queues))
+            self._remove(oldest)
+        return queue
+
+    def _append(self, key: WalletKey, queue: _Queue, candidates: Iterable[Candidate]) -> None:
+        """Append candidates not yet queued."""
+        for candidate in candidates:
+            token_id = candidate.token_id
+            if token_id in queue.members:
+                continue
+            other = self._where.get(token_id)
+            if other is not None and other != key:
+                # A token belongs to one wallet/currency; trust the newest information.
+                self._queues[other].members.pop(token_id, None)
+            queue.members[token_id] = candidate
+            queue.order.append(candidate)
+            self._where[token_id] = key
+
+    def _compact(self, queue: _Queue) -> None:
+        """Rebuild the order of a queue once lazily removed entries dominate it."""
+        if len(queue.order) <= 2 * len(queue.members) + 64:
+            return
+        seen: set[int] = set()
+        order: deque[Candidate] = deque()
+        for candidate in queue.order:
+            token_id = candidate.token_id
+            if queue.members.get(token_id) is candidate and token_id not in seen:
+                seen.add(token_id)
+                order.append(candidate)
+        queue.order = order
+
+    def _drop_if_empty(self, key: WalletKey, queue: _Queue) -> None:
+        """Remove a queue that has nothing left to offer."""
+        if not queue.members and self._queues.get(key) is queue:
+            del self._queues[key]
+
+    def _remove(self, key: WalletKey) -> None:
+        """Remove the queue of `key` and its index entries."""
+        queue = self._queues.pop(key)
+        for token_id in queue.members:
+            if self._where.get(token_id) == key:
+                del self._where[token_id]

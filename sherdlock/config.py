@@ -1,0 +1,104 @@
+"""Tuning knobs of the selector and of its backoff between rounds."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+
+def _check_delay_range(name: str, low: float, high: float) -> None:
+    """Reject a delay range that is negative, not finite or upside down."""
+    for value in (low, high):
+        if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{name} must be finite non-negative seconds, got {value!r}")
+    if low > high:
+        raise ValueError(f"{name}: minimum {low} exceeds maximum {high}")
+
+
+@dataclass(frozen=True)
+class BackoffPolicy:
+    """Decide how often and how long to back off after a round lost to contention.
+
+    attempts: rounds run after the first one ended with FundsLocked. Each is preceded by a
+        jittered sleep and starts from scratch with no locks held. More attempts resolve
+        more contention at the price of a slower failure when funds stay locked (e.g. by a
+        crashed replica whose leases have not expired yet).
+    min_delay, max_delay: bounds in seconds of the uniform jitter. Two replicas that each
+        hold part of what both need release everything and sleep for different random
+        times; the one that wakes first takes all tokens. A wider range makes a repeat tie
+        less likely but adds latency to every contended request.
+    """
+
+    attempts: int = 3
+    min_delay: float = 0.005
+    max_delay: float = 0.050
+
+    def __post_init__(self) -> None:
+        if type(self.attempts) is not int or self.attempts < 0:
+            raise ValueError(f"attempts must be a non-negative int, got {self.attempts!r}")
+        _check_delay_range("backoff delay", self.min_delay, self.max_delay)
+
+    def delay(self, rng: random.Random) -> float:
+        """Draw a jittered delay in [min_delay, max_delay]."""
+        return rng.uniform(self.min_delay, self.max_delay)
+
+
+@dataclass(frozen=True)
+class SelectorConfig:
+    """Configure the selector; every knob trades contention handling against latency.
+
+    max_retries: refetches allowed in one round without progress (no new token locked
+        since the previous fetch) before the round gives up with FundsLocked. Fetches that
+        lock something reset the count, so large selections spanning many fetches are not
+        cut short. Higher values wait longer for a competitor to finish or release.
+    fetch_limit: rows read per fetch. Rows not needed are cached for later selections on
+        this replica, saving queries; too many make cached lists go stale (more conflicts)
+        and make each fetch heavier.
+    refetch_delay: (min, max) seconds of jittered sleep before a refetch without progress,
+        giving the competitor time to commit or release instead of hammering the store.
+    cache_ttl: seconds a cached candidate list stays usable, and how long this replica
+        remembers holding a token locally. Stale lists cost failed lock attempts, never
+        correctness; a short ttl means more fetches.
+    cache_max_wallets: wallet/currency queues kept before evicting the least recently used.
+        Bounds memory on replicas serving many wallets.
+    backoff: rounds after a FundsLocked round; what breaks the livelock of two replicas
+        each holding part of what both need.
+    """
+
+    max_retries: int = 5
+    fetch_limit: int = 64
+    refetch_delay: tuple[float, float] = (0.001, 0.010)
+    cache_ttl: float = 1.0
+    cache_max_wallets: int = 10_000
+    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
+
+    def __post_init__(self) -> None:
+        if type(self.max_retries) is not int or self.max_retries < 0:
+            raise ValueError(f"max_retries must be a non-negative int, got {self.max_retries!r}")
+        if type(self.fetch_limit) is not int or self.fetch_limit < 1:
+            raise ValueError(f"fetch_limit must be a positive int, got {self.fetch_limit!r}")
+        if not isinstance(self.refetch_delay, tuple) or len(self.refetch_delay) != 2:
+            raise ValueError(
+                f"refetch_delay must be a (min, max) tuple, got {self.refetch_delay!r}"
+            )
+        _check_delay_range("refetch_delay", *self.refetch_delay)
+        ttl = self.cache_ttl
+        if not isinstance(ttl, int | float) or not math.isfinite(ttl) or ttl <= 0:
+            raise ValueError(f"cache_ttl must be positive finite seconds, got {ttl!r}")
+        if type(self.cache_max_wallets) is not int or self.cache_max_wallets < 1:
+            raise ValueError(
+                f"cache_max_wallets must be a positive int, got {self.cache_max_wallets!r}"
+            )
+        if not isinstance(self.backoff, BackoffPolicy):
+            raise ValueError(f"backoff must be a BackoffPolicy, got {self.backoff!r}")
+
+    @property
+    def retry_after(self) -> float:
+        """Return the seconds a caller should wait before retrying after FundsLocked.
+
+        That is twice the longest a competitor needs for one full round (all refetch
+        delays) plus one backoff sleep: by then it has either finished or released.
+        """
+        round_time = self.max_retries * self.refetch_delay[1] + self.backoff.max_delay
+        return max(2 * round_time, 0.001)

@@ -1,0 +1,77 @@
+"""Errors raised by the token selector; one hierarchy rooted at SherdlockError."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .types import SelectionStats, WalletKey
+
+
+class SherdlockError(Exception):
+    """Token selection failed."""
+
+    def __init__(self, message: str | None = None, *, stats: SelectionStats | None = None):
+        super().__init__(message or self.__doc__)
+        self.stats = stats
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword-only arguments defeat the default pickling of exceptions, which
+        # task queues rely on to ship failures between processes.
+        return (_rebuild, (type(self), self.__dict__.copy(), self.args))
+
+
+def _rebuild(cls: type[SherdlockError], state: dict[str, Any], args: tuple[Any, ...]) -> Any:
+    """Recreate a pickled error without calling its constructor."""
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
+
+
+class InsufficientFunds(SherdlockError):
+    """The wallet does not hold enough unspent tokens."""
+
+    def __init__(
+        self,
+        key: WalletKey,
+        requested: int,
+        available: int,
+        *,
+        stats: SelectionStats | None = None,
+    ):
+        super().__init__(
+            f"insufficient funds in {key}: requested {requested}, available {available}",
+            stats=stats,
+        )
+        self.key = key
+        self.requested = requested
+        # Unspent quantity not held by other spenders.
+        self.available = available
+
+
+class FundsLocked(SherdlockError):
+    """Enough unspent tokens exist but other transactions hold them."""
+
+    def __init__(
+        self,
+        key: WalletKey,
+        requested: int,
+        available: int,
+        retry_after: float,
+        *,
+        stats: SelectionStats | None = None,
+    ):
+        super().__init__(
+            f"funds in {key} are locked by other transactions: requested {requested}, "
+            f"available {available}; retry after {retry_after:.3f}s",
+            stats=stats,
+        )
+        self.key = key
+        self.requested = requested
+        self.available = available
+        # Seconds after which a new attempt has a fair chance: see SelectorConfig.retry_after.
+        self.retry_after = retry_after
+
+
+class InvalidRequest(SherdlockError, ValueError):
+    """The selection request is malformed."""

@@ -1,0 +1,291 @@
+"""In-memory token store: the reference TokenStore for tests and documentation."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .interfaces import Clock
+from .types import Candidate, FetchResult, LockOutcome, Supply, WalletKey
+
+
+@dataclass(slots=True)
+class _Token:
+    """A token row."""
+
+    key: WalletKey
+    quantity: int
+    spent_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _LockRow:
+    """A row of the lock table."""
+
+    tx_id: str
+    fence: int
+    created_at: float
+    expires_at: float
+
+
+@dataclass(slots=True)
+class _Fault:
+    """An exception to raise from a later call of one store method."""
+
+    exc: BaseException
+    skip: int
+    after_commit: bool
+
+
+class InMemoryStore:
+    """Keep tokens and the lock table in memory behind one mutex; thread-safe.
+
+    Mirrors the semantics a database store must honour: locks are live until `lease`
+    seconds after they were taken, expired locks may be taken over, spent tokens keep
+    their lock rows (as a database store does until housekeeping), and unlock only ever
+    touches rows of the given transaction and fence.
+    """
+
+    def __init__(
+        self, clock: Clock = time.monotonic, lease: float = 60.0, rng: random.Random | None = None
+    ) -> None:
+        if lease <= 0:
+            raise ValueError(f"lease must be positive, got {lease!r}")
+        self._clock = clock
+        self.lease = lease
+        self._rng = rng if rng is not None else random.Random()
+        self._mutex = threading.RLock()
+        self._tokens: dict[int, _Token] = {}
+        self._unspent: defaultdict[WalletKey, set[int]] = defaultdict(set)
+        self._locks: dict[int, _LockRow] = {}
+        self._fences = itertools.count(1)
+        self._faults: defaultdict[str, list[_Fault]] = defaultdict(list)
+        self.calls: Counter[str] = Counter()
+
+    # -- test helpers -------------------------------------------------------------
+
+    def add_token(self, token_id: int, wallet: str, currency: str, quantity: int) -> Candidate:
+        """Issue a new unspent token."""
+        candidate = Candidate(token_id, quantity)  # validates types
+        key = WalletKey(wallet, currency)
+        with self._mutex:
+            if token_id in self._tokens:
+                raise ValueError(f"token {token_id} already exists")
+            self._tokens[token_id] = _Token(key, quantity)
+            self._unspent[key].add(token_id)
+        return candidate
+
+    def spend(self, token_ids: Iterable[int], tx_id: str) -> None:
+        """Mark tokens spent by `tx_id`, all or none; keep their lock rows.
+
+        Raise ValueError for an unknown or already spent token, or one live-locked by
+        another transaction: those would be double spends.
+        """
+        ids = list(token_ids)
+        with self._mutex:
+            now = self._clock()
+            for token_id in ids:
+                token = self._tokens.get(token_id)
+                if token is None:
+                    raise ValueError(f"token {token_id} does not exist")
+                if token.spent_by is not None:
+                    raise ValueError(f"token {token_id} already spent by {token.spent_by!r}")
+                row = self._live_lock(token_id, now)
+                if row is not None and row.tx_id != tx_id:
+                    raise ValueError(f"token {token_id} is locked by {row.tx_id!r}")
+            if len(set(ids)) != len(ids):
+                raise ValueError("a token cannot be spent twice in one transaction")
+            for token_id in ids:
+                token = self._tokens[token_id]
+                token.spent_by = tx_id
+                self._unspent[token.key].discard(token_id)
+
+    def locks(self) -> dict[int, tuple[str, int, float]]:
+        """Return every lock row, live or expired: token_id -> (tx_id, fence, expires_at)."""
+        with self._mutex:
+            return {t: (r.tx_id, r.fence, r.expires_at) for t, r in self._locks.items()}
+
+    def live_locks(self) -> dict[int, tuple[str, int, float]]:
+        """Return the lock rows that have not expired."""
+        with self._mutex:
+            now = self._clock()
+            return {
+                t: (r.tx_id, r.fence, r.expires_at)
+                for t, r in self._locks.items()
+                if r.expires_at > now
+            }
+
+    def balance(self, key: WalletKey) -> int:
+        """Return the sum of the unspent tokens of `key`."""
+        with self._mutex:
+            return sum(self._tokens[t].quantity for t in self._unspent.get(key, ()))
+
+    def is_spent(self, token_id: int) -> bool:
+        """Tell whether a token has been spent."""
+        with self._mutex:
+            return self._tokens[token_id].spent_by is not None
+
+    def purge_expired(self) -> int:
+        """Delete expired lock rows, as the housekeeping job does; count them."""
+        with self._mutex:
+            now = self._clock()
+            expired = [t for t, r in self._locks.items() if r.expires_at <= now]
+            for token_id in expired:
+                del self._locks[token_id]
+            return len(expired)
+
+    def renew(self, tx_id: str, fence: int) -> int:
+        """Extend the live locks of `tx_id` under `fence` by a full lease; count them."""
+        with self._mutex:
+            now = self._clock()
+            renewed = 0
+            for token_id, row in list(self._locks.items()):
+                if row.tx_id == tx_id and row.fence == fence and row.expires_at > now:
+                    self._locks[token_id] = _LockRow(tx_id, fence, row.created_at, now + self.lease)
+                    renewed += 1
+            return renewed
+
+    def fail_next(
+        self, method: str, exc: BaseException, *, skip: int = 0, after_commit: bool = False
+    ) -> None:
+        """Make a later call of `method` raise `exc`, after `skip` calls succeed.
+
+        With `after_commit` the call takes effect before raising, like a connection lost
+        while the commit's acknowledgement was on its way.
+        """
+        if not callable(getattr(self, method, None)):
+            raise AttributeError(f"InMemoryStore has no method {method!r}")
+        with self._mutex:
+            self._faults[method].append(_Fault(exc, skip, after_commit))
+
+    # -- TokenStore -----------------------------------------------------------------
+
+    def next_fence(self) -> int:
+        """Return the next fencing token."""
+        with self._mutex:
+            self._enter("next_fence")
+            return next(self._fences)
+
+    def fetch_and_lock(
+        self, key: WalletKey, tx_id: str, fence: int, need: int, limit: int
+    ) -> FetchResult:
+        """Read up to `limit` free tokens of `key` at random and lock a prefix reaching `need`."""
+        if limit < 1:
+            raise ValueError(f"limit must be positive, got {limit}")
+        with self._mutex:
+            fault = self._enter("fetch_and_lock")
+            now = self._clock()
+            free = sorted(t for t in self._unspent.get(key, ()) if self._live_lock(t, now) is None)
+            self._rng.shuffle(free)
+            rows = [Candidate(t, self._tokens[t].quantity) for t in free[:limit]]
+            granted: list[Candidate] = []
+            reached = 0
+            for candidate in rows:
+                if reached >= need:
+                    break
+                granted.append(candidate)
+                reached += candidate.quantity
+            expires_at = self._lock_rows(granted, tx_id, fence, now)
+            result = FetchResult(
+                granted=granted,
+                spare=rows[len(granted) :],
+                exhausted=len(rows) < limit,
+                expires_at=expires_at,
+            )
+            self._raise_after(fault)
+            return result
+
+    def try_lock(self, tx_id: str, fence: int, candidates: Sequence[Candidate]) -> LockOutcome:
+        """Lock the candidates that are unspent and not live-locked."""
+        with self._mutex:
+            fault = self._enter("try_lock")
+            now = self._clock()
+            granted: list[Candidate] = []
+            seen: set[int] = set()
+            for candidate in candidates:
+                token_id = candidate.token_id
+                token = self._tokens.get(token_id)
+                if token_id in seen or token is None or token.spent_by is not None:
+                    continue
+                seen.add(token_id)
+                if self._live_lock(token_id, now) is None:
+                    granted.append(Candidate(token_id, token.quantity))
+            outcome = LockOutcome(granted, self._lock_rows(granted, tx_id, fence, now))
+            self._raise_after(fault)
+            return outcome
+
+    def unlock(self, tx_id: str, fence: int, token_ids: Sequence[int] | None = None) -> int:
+        """Delete lock rows of `tx_id` under `fence`, only `token_ids` if given."""
+        with self._mutex:
+            fault = self._enter("unlock")
+            ids = self._locks.keys() if token_ids is None else set(token_ids)
+            mine = [
+                t
+                for t in ids
+                if (row := self._locks.get(t)) is not None
+                and row.tx_id == tx_id
+                and row.fence == fence
+            ]
+            for token_id in mine:
+                del self._locks[token_id]
+            self._raise_after(fault)
+            return len(mine)
+
+    def supply(self, key: WalletKey, tx_id: str) -> Supply:
+        """Return unspent totals of `key` and the part live-locked by other transactions."""
+        with self._mutex:
+            fault = self._enter("supply")
+            now = self._clock()
+            unspent = locked = 0
+            for token_id in self._unspent.get(key, ()):
+                quantity = self._tokens[token_id].quantity
+                unspent += quantity
+                row = self._live_lock(token_id, now)
+                if row is not None and row.tx_id != tx_id:
+                    locked += quantity
+            self._raise_after(fault)
+            return Supply(unspent=unspent, locked_by_others=locked)
+
+    # -- internals ------------------------------------------------------------------
+
+    def _live_lock(self, token_id: int, now: float) -> _LockRow | None:
+        """Return the lock row of a token if it has not expired."""
+        row = self._locks.get(token_id)
+        return row if row is not None and row.expires_at > now else None
+
+    def _lock_rows(
+        self, granted: list[Candidate], tx_id: str, fence: int, now: float
+    ) -> float | None:
+        """Write lock rows for granted tokens, replacing expired ones; return the expiry."""
+        if not granted:
+            return None
+        expires_at = now + self.lease
+        for candidate in granted:
+            self._locks[candidate.token_id] = _LockRow(tx_id, fence, now, expires_at)
+        return expires_at
+
+    def _enter(self, method: str) -> _Fault | None:
+        """Count a call and return the fault due now; raise it if it strikes before the call."""
+        self.calls[method] += 1
+        pending = self._faults.get(method)
+        if not pending:
+            return None
+        fault = pending[0]
+        if fault.skip:
+            fault.skip -= 1
+            return None
+        pending.pop(0)
+        if not fault.after_commit:
+            raise fault.exc
+        return fault
+
+    @staticmethod
+    def _raise_after(fault: _Fault | None) -> None:
+        """Raise a fault scheduled to strike once the call took effect."""
+        if fault is not None:
+            raise fault.exc

@@ -1,0 +1,303 @@
+"""Select and lock tokens for a transaction without ever handing a token to two of them."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .cache import TokenCache
+from .config import SelectorConfig
+from .errors import FundsLocked, InsufficientFunds, InvalidRequest
+from .interfaces import Clock, Sleeper, TokenStore
+from .types import MAX_QUANTITY, Candidate, Selection, SelectionStats, Supply, WalletKey
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Round:
+    """Locks gathered by one selection round."""
+
+    tx_id: str
+    key: WalletKey
+    quantity: int
+    fence: int
+    stats: SelectionStats
+    locked: list[Candidate] = field(default_factory=list)
+    ids: set[int] = field(default_factory=set)
+    total: int = 0
+    expiries: list[object] = field(default_factory=list)
+    # Ids sent in a locking call whose outcome is unknown if it raised; None when the
+    # call (fetch_and_lock) could have locked ids we never saw.
+    pending: list[int] | None = field(default_factory=list)
+
+
+class Selector:
+    """Select tokens worth at least a quantity and lock them for one transaction.
+
+    One instance serves a whole replica and may be shared by its threads. The lock table
+    behind `store` is the source of truth; the cache only saves queries.
+    """
+
+    def __init__(
+        self,
+        store: TokenStore,
+        config: SelectorConfig | None = None,
+        cache: TokenCache | None = None,
+        rng: random.Random | None = None,
+        sleep: Sleeper = time.sleep,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._config = config if config is not None else SelectorConfig()
+        self._clock = clock
+        self._cache = (
+            cache
+            if cache is not None
+            else TokenCache(self._config.cache_ttl, self._config.cache_max_wallets, clock)
+        )
+        self._rng = rng if rng is not None else random.Random()
+        self._sleep = sleep
+
+    @property
+    def config(self) -> SelectorConfig:
+        """Return the configuration in use."""
+        return self._config
+
+    @property
+    def cache(self) -> TokenCache:
+        """Return the candidate cache of this replica."""
+        return self._cache
+
+    def select(
+        self, tx_id: str, wallet: str, currency: str, quantity: int, fence: int | None = None
+    ) -> Selection:
+        """Lock tokens of `wallet` in `currency` summing to at least `quantity` for `tx_id`.
+
+        Raise InvalidRequest for bad arguments, InsufficientFunds when the unspent supply is
+        short, FundsLocked when others hold what is needed after every backoff round. Store
+        failures propagate unchanged. On any failure this call holds no lock.
+        """
+        key = _validate(tx_id, wallet, currency, quantity, fence)
+        if fence is None:
+            fence = self._store.next_fence()
+        stats = SelectionStats()
+        backoff = self._config.backoff
+        for attempt in range(backoff.attempts + 1):
+            if attempt:
+                # Both sides of a livelock have released everything; sleeping for different
+                # random times lets the first to wake take all it needs.
+                delay = backoff.delay(self._rng)
+                stats.backoff_seconds += delay
+                self._sleep(delay)
+                # Cached candidates are the ones just fought over; start from the store.
+                self._cache.invalidate(key)
+            stats.rounds += 1
+            try:
+                return self._run_round(_Round(tx_id, key, quantity, fence, stats))
+            except FundsLocked:
+                if attempt == backoff.attempts:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def release(
+        self,
+        selection: Selection | str,
+        fence: int | None = None,
+        token_ids: Sequence[int] | None = None,
+    ) -> int:
+        """Unlock a selection (or `tx_id` and `fence`), only `token_ids` if given; count rows.
+
+        Released tokens of a Selection go back to the cache. After a spend call forget().
+        """
+        if isinstance(selection, Selection):
+            if fence is not None and fence != selection.fence:
+                raise InvalidRequest(
+                    f"fence {fence} does not match the selection's {selection.fence}"
+                )
+            tx_id, fence = selection.tx_id, selection.fence
+        else:
+            tx_id = selection
+            if fence is None:
+                raise InvalidRequest("fence is required when releasing by tx_id")
+        ids = None if token_ids is None else list(token_ids)
+        released = self._store.unlock(tx_id, fence, ids)
+        if ids is None:
+            self._cache.unhold_owner((tx_id, fence))
+        else:
+            self._cache.unhold(ids)
+        if isinstance(selection, Selection):
+            wanted = None if ids is None else set(ids)
+            freed = [c for c in selection.tokens if wanted is None or c.token_id in wanted]
+            self._cache.add(selection.key, freed)
+        return released
+
+    def forget(self, token_ids: Iterable[int], key: WalletKey | None = None) -> None:
+        """Drop spent tokens from the local holds and from the cache."""
+        ids = list(token_ids)
+        self._cache.unhold(ids)
+        self._cache.discard(key, ids)
+
+    def _run_round(self, rnd: _Round) -> Selection:
+        """Run one round; on any failure release exactly its locks and re-raise."""
+        try:
+            self._gather(rnd)
+        except BaseException as exc:
+            # BaseException too: an interrupt must not leave locks until their lease ends.
+            self._abort(rnd, exc)
+            raise
+        now = self._clock()
+        # Refresh the local check: a cached list filled before our locks lives at most ttl.
+        self._cache.hold(rnd.ids, now + self._config.cache_ttl, owner=(rnd.tx_id, rnd.fence))
+        return Selection(
+            tx_id=rnd.tx_id,
+            key=rnd.key,
+            quantity=rnd.quantity,
+            fence=rnd.fence,
+            tokens=tuple(rnd.locked),
+            total=rnd.total,
+            expires_at=min(rnd.expiries) if rnd.expiries else None,
+            stats=rnd.stats,
+        )
+
+    def _gather(self, rnd: _Round) -> None:
+        """Lock tokens from the cache, refetching when it runs dry, until the quantity is met."""
+        store, config, stats = self._store, self._config, rnd.stats
+        fetches = 0
+        stalled = 0  # consecutive refetches with nothing locked since the previous fetch
+        total_before_fetch = 0
+        supply: Supply | None = None  # as of the latest fetch
+        while rnd.total < rnd.quantity:
+            batch = self._cache.take(rnd.key, rnd.quantity - rnd.total, exclude=rnd.ids)
+            if batch:
+                submitted = {c.token_id for c in batch}
+                rnd.pending = list(submitted)
+                outcome = store.try_lock(rnd.tx_id, rnd.fence, batch)
+                rnd.pending = []
+                hits = self._accept(rnd, outcome.granted, outcome.expires_at, submitted)
+                stats.lock_attempts += len(batch)
+                stats.cache_hits += hits
+                # Not granted means someone else holds, spent or is touching the token. It
+                # left the queue and comes back only if a later fetch sees it free.
+                stats.lock_conflicts += len(batch) - hits
+                continue
+
+            if fetches:
+                stalled = stalled + 1 if rnd.total == total_before_fetch else 0
+                if stalled > config.max_retries:
+                    if supply is None:
+                        supply = store.supply(rnd.key, rnd.tx_id)
+                    self._raise_short(rnd, supply)
+                if stalled:
+                    self._sleep(self._rng.uniform(*config.refetch_delay))
+            total_before_fetch = rnd.total
+            rnd.pending = None
+            result = store.fetch_and_lock(
+                rnd.key, rnd.tx_id, rnd.fence, rnd.quantity - rnd.total, config.fetch_limit
+            )
+            rnd.pending = []
+            fetches += 1
+            stats.fetches += 1
+            stats.lock_conflicts += result.conflicts
+            supply = None
+            self._accept(rnd, result.granted, result.expires_at, None)
+            spare = [c for c in result.spare if c.token_id not in rnd.ids]
+            # Stores already permute rows; shuffling again keeps replicas apart even if one
+            # does not.
+            self._rng.shuffle(spare)
+            self._cache.put(rnd.key, spare)
+            if rnd.total >= rnd.quantity:
+                break
+            if spare:
+                continue
+            if result.exhausted:
+                supply = store.supply(rnd.key, rnd.tx_id)
+                if supply.unspent < rnd.quantity:
+                    raise InsufficientFunds(rnd.key, rnd.quantity, supply.available, stats=stats)
+                # Enough exists but others hold it; they may release it, so refetch.
+
+    def _accept(
+        self,
+        rnd: _Round,
+        granted: Iterable[Candidate],
+        expires_at: object | None,
+        submitted: set[int] | None,
+    ) -> int:
+        """Add newly locked tokens to the round; return how many of `submitted` were granted."""
+        new: list[int] = []
+        hits = 0
+        for candidate in granted:
+            token_id = candidate.token_id
+            if token_id in rnd.ids:
+                continue  # a store reporting a token twice must not make us count it twice
+            if submitted is not None and token_id in submitted:
+                hits += 1
+            rnd.ids.add(token_id)
+            rnd.locked.append(candidate)
+            rnd.total += candidate.quantity
+            new.append(token_id)
+        if new:
+            if expires_at is not None:
+                rnd.expiries.append(expires_at)
+            # Hold at once so concurrent selections of this replica skip these tokens.
+            until = self._clock() + self._config.cache_ttl
+            self._cache.hold(new, until, owner=(rnd.tx_id, rnd.fence))
+        return hits
+
+    def _raise_short(self, rnd: _Round, supply: Supply) -> None:
+        """Raise InsufficientFunds if the supply is short, else FundsLocked."""
+        if supply.unspent < rnd.quantity:
+            raise InsufficientFunds(rnd.key, rnd.quantity, supply.available, stats=rnd.stats)
+        raise FundsLocked(
+            rnd.key,
+            rnd.quantity,
+            supply.available,
+            retry_after=self._config.retry_after,
+            stats=rnd.stats,
+        )
+
+    def _abort(self, rnd: _Round, exc: BaseException) -> None:
+        """Release the locks of an aborted round, keeping `exc` as the error to report."""
+        known = list(rnd.ids)
+        if rnd.pending is None:
+            ids: list[int] | None = None  # a fetch failed mid-way: release the whole fence
+        else:
+            ids = sorted(set(known).union(rnd.pending))
+        try:
+            if ids is None or ids:
+                self._store.unlock(rnd.tx_id, rnd.fence, ids)
+        except Exception as unlock_exc:
+            # The original failure is what the caller must see; the locks expire with
+            # their lease.
+            exc.add_note(
+                f"releasing locks of {rnd.tx_id!r} fence {rnd.fence} failed: {unlock_exc!r}"
+            )
+            log.warning(
+                "could not release locks of %r fence %s; they expire with their lease",
+                rnd.tx_id,
+                rnd.fence,
+                exc_info=unlock_exc,
+            )
+        finally:
+            # Only ids we recorded were held by us; others may be held by another selection.
+            self._cache.unhold(known)
+
+
+def _validate(
+    tx_id: object, wallet: object, currency: object, quantity: object, fence: object
+) -> WalletKey:
+    """Check selection arguments and return the wallet key."""
+    for name, value in (("tx_id", tx_id), ("wallet", wallet), ("currency", currency)):
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidRequest(f"{name} must be a non-empty string, got {value!r}")
+    if type(quantity) is not int:
+        raise InvalidRequest(f"quantity must be an int, got {type(quantity).__name__}")
+    if not 0 < quantity <= MAX_QUANTITY:
+        raise InvalidRequest(f"quantity must be in [1, 2**64-1], got {quantity}")
+    if fence is not None and (type(fence) is not int or fence < 0):
+        raise InvalidRequest(f"fence must be a non-negative int, got {fence!r}")
+    assert isinstance(wallet, str) and isinstance(currency, str)
+    return WalletKey(wallet, currency)

@@ -1,0 +1,115 @@
+"""Value types exchanged between the selector, its cache and token stores."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Token quantities are stored as unsigned 64-bit integers by the ledger.
+MAX_QUANTITY = 2**64 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class WalletKey:
+    """Identify the tokens of one currency owned by one wallet."""
+
+    wallet: str
+    currency: str
+
+    def __str__(self) -> str:
+        return f"{self.wallet}/{self.currency}"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """Describe a token that may be selected: its id and integer quantity."""
+
+    token_id: int
+    quantity: int
+
+    def __post_init__(self) -> None:
+        # A store backed by a NUMERIC column hands back Decimal; summing those with
+        # ints works silently, so reject anything but int at the boundary.
+        if type(self.token_id) is not int:
+            raise TypeError(f"token_id must be int, not {type(self.token_id).__name__}")
+        if type(self.quantity) is not int:
+            raise TypeError(f"quantity must be int, not {type(self.quantity).__name__}")
+        if self.quantity < 0:
+            raise ValueError(f"quantity must not be negative: {self.quantity}")
+
+
+@dataclass(frozen=True, slots=True)
+class LockOutcome:
+    """Report which submitted candidates a store locked, and until when."""
+
+    granted: list[Candidate] = field(default_factory=list)
+    # Lease expiry as the store reports it (datetime, float, ...); None if nothing granted.
+    expires_at: object | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """Report what one fetch-and-lock call locked and which other free tokens it saw."""
+
+    granted: list[Candidate] = field(default_factory=list)
+    # Unlocked candidates seen but not locked; they feed the cache.
+    spare: list[Candidate] = field(default_factory=list)
+    # True when the store returned every free token it could see (fewer rows than the limit).
+    exhausted: bool = False
+    expires_at: object | None = None
+    # Rows the store tried to lock but lost to a concurrent selection after its snapshot.
+    conflicts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Supply:
+    """Hold authoritative totals of one wallet/currency as seen by one transaction."""
+
+    unspent: int
+    # Held by live locks of spenders other than the asking transaction.
+    locked_by_others: int
+
+    @property
+    def available(self) -> int:
+        """Return the unspent quantity not held by other spenders."""
+        return max(0, self.unspent - self.locked_by_others)
+
+
+@dataclass(slots=True)
+class SelectionStats:
+    """Count the work one selection did; attached to results and errors."""
+
+    # Token ids submitted to try_lock (fetch_and_lock grants are not submissions).
+    lock_attempts: int = 0
+    # Submitted to try_lock but not granted (someone else held, spent or touched them),
+    # plus the conflicts fetch_and_lock reported.
+    lock_conflicts: int = 0
+    fetches: int = 0
+    # Tokens taken from the cache that were then locked.
+    cache_hits: int = 0
+    # Selection rounds run, including the first; more than one means backoff happened.
+    rounds: int = 0
+    backoff_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Describe tokens locked for one transaction under one fence."""
+
+    tx_id: str
+    key: WalletKey
+    quantity: int
+    fence: int
+    tokens: tuple[Candidate, ...]
+    total: int
+    expires_at: object | None
+    stats: SelectionStats
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        """Return the ids of the selected tokens, in selection order."""
+        return tuple(c.token_id for c in self.tokens)
+
+    @property
+    def change(self) -> int:
+        """Return how much the selected tokens exceed the requested quantity."""
+        return self.total - self.quantity

@@ -1,0 +1,203 @@
+"""TokenCache: queues per wallet, ttl, LRU bound and local holds."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from sherdlock import Candidate, TokenCache, WalletKey
+
+USD = WalletKey("alice", "USD")
+EUR = WalletKey("alice", "EUR")
+
+
+def cands(*pairs: tuple[int, int]) -> list[Candidate]:
+    return [Candidate(t, q) for t, q in pairs]
+
+
+@pytest.fixture
+def cache(clock) -> TokenCache:
+    return TokenCache(ttl=1.0, max_wallets=3, clock=clock)
+
+
+def test_take_pops_until_need_is_reached(cache):
+    cache.put(USD, cands((1, 2), (2, 2), (3, 2), (4, 2)))
+
+    assert cache.take(USD, 3) == cands((1, 2), (2, 2))
+    assert cache.take(USD, 100) == cands((3, 2), (4, 2))
+    assert cache.take(USD, 1) == []
+    assert len(cache) == 0
+
+
+def test_take_of_nothing_or_unknown_key_is_empty(cache):
+    cache.put(USD, cands((1, 2)))
+    assert cache.take(USD, 0) == []
+    assert cache.take(EUR, 5) == []
+    assert cache.peek(USD) == cands((1, 2))
+
+
+def test_put_extends_fresh_queue_without_duplicates(cache):
+    cache.put(USD, cands((1, 1), (2, 1)))
+    cache.put(USD, cands((2, 1), (3, 1)))
+
+    assert [c.token_id for c in cache.peek(USD)] == [1, 2, 3]
+
+
+def test_stale_queue_is_dropped_whole(cache, clock):
+    cache.put(USD, cands((1, 1), (2, 1)))
+    clock.advance(0.999)
+    assert cache.peek(USD)
+
+    clock.advance(0.001)
+
+    assert cache.take(USD, 1) == []
+    assert len(cache) == 0
+
+
+def test_put_restamps_but_add_does_not(cache, clock):
+    cache.put(USD, cands((1, 1)))
+    clock.advance(0.6)
+    cache.add(USD, cands((2, 1)))
+    clock.advance(0.6)
+    assert cache.take(USD, 5) == []  # add kept the old stamp
+
+    cache.put(USD, cands((1, 1)))
+    clock.advance(0.6)
+    cache.put(USD, cands((2, 1)))
+    clock.advance(0.6)
+    assert [c.token_id for c in cache.take(USD, 5)] == [1, 2]
+
+
+def test_put_replaces_a_stale_queue(cache, clock):
+    cache.put(USD, cands((1, 1)))
+    clock.advance(2)
+    cache.put(USD, cands((2, 1)))
+
+    assert [c.token_id for c in cache.peek(USD)] == [2]
+
+
+def test_add_creates_a_queue_for_new_tokens(cache):
+    cache.add(EUR, cands((9, 4)))
+    assert cache.take(EUR, 4) == cands((9, 4))
+
+
+def test_empty_put_does_not_evict(cache):
+    for key in (USD, EUR, WalletKey("bob", "USD")):
+        cache.put(key, cands((hash(key) % 1000, 1)))
+    cache.put(WalletKey("carol", "USD"), [])
+    assert len(cache) == 3 and cache.peek(USD)
+
+
+def test_excluded_and_held_ids_are_dropped_not_returned(cache, clock):
+    cache.put(USD, cands((1, 1), (2, 1), (3, 1), (4, 1)))
+    cache.hold([2], until=clock() + 5)
+
+    assert cache.take(USD, 2, exclude={1}) == cands((3, 1), (4, 1))
+    assert cache.peek(USD) == []
+
+
+def test_holds_expire_and_can_be_released(cache, clock):
+    cache.hold([1, 2], until=clock() + 1, owner=("tx", 1))
+    cache.hold([3], until=clock() + 5, owner=("tx", 2))
+    assert cache.is_held(1) and cache.is_held(3)
+
+    cache.unhold([1])
+    assert not cache.is_held(1) and cache.is_held(2)
+    clock.advance(1)
+    assert not cache.is_held(2) and cache.is_held(3)
+    assert cache.unhold_owner(("tx", 2)) == 1
+    assert not cache.is_held(3)
+
+
+def test_many_expired_holds_are_pruned(cache, clock):
+    cache.hold(range(1000), until=clock() + 1)
+    clock.advance(2)
+    cache.hold(range(1000, 1100), until=clock() + 1)  # crosses the pruning watermark
+    assert len(cache._held) == 100
+
+
+def test_discard_by_key_or_anywhere(cache):
+    cache.put(USD, cands((1, 1), (2, 1)))
+    cache.put(EUR, cands((3, 1)))
+
+    assert cache.discard(EUR, [1]) == 0
+    assert cache.discard(USD, [1, 99]) == 1
+    assert cache.discard(None, [3]) == 1
+    assert [c.token_id for c in cache.peek(USD)] == [2]
+    assert cache.peek(EUR) == [] and len(cache) == 1
+
+
+def test_discarded_then_readded_token_is_offered_once(cache):
+    cache.put(USD, cands((1, 1), (2, 1)))
+    cache.discard(USD, [1])
+    cache.add(USD, cands((1, 1)))
+
+    taken = cache.take(USD, 10)
+
+    assert sorted(c.token_id for c in taken) == [1, 2]
+
+
+def test_lazy_removals_are_compacted(cache):
+    cache.put(USD, cands(*((t, 1) for t in range(500))))
+    cache.discard(USD, range(1, 500))
+    assert len(cache._queues[USD].order) < 100
+    assert cache.take(USD, 10) == cands((0, 1))
+
+
+def test_invalidate_one_or_all(cache):
+    cache.put(USD, cands((1, 1)))
+    cache.put(EUR, cands((2, 1)))
+
+    cache.invalidate(USD)
+    assert cache.peek(USD) == [] and cache.peek(EUR)
+    cache.invalidate(USD)  # already gone
+    cache.invalidate()
+    assert len(cache) == 0 and cache.discard(None, [2]) == 0
+
+
+def test_least_recently_used_queue_is_evicted(cache):
+    keys = [WalletKey(f"w{i}", "USD") for i in range(4)]
+    for i, key in enumerate(keys[:3]):
+        cache.put(key, cands((i, 1)))
+    cache.peek(keys[0])  # touch: keys[1] is now least recently used
+
+    cache.put(keys[3], cands((3, 1)))
+
+    assert len(cache) == 3
+    assert cache.peek(keys[1]) == []
+    assert cache.discard(None, [1]) == 0  # index cleaned with the queue
+    assert cache.peek(keys[0]) and cache.peek(keys[3])
+
+
+def test_token_moves_to_the_wallet_it_was_last_seen_in(cache):
+    cache.put(USD, cands((1, 1), (2, 1)))
+    cache.put(EUR, cands((1, 1)))
+
+    assert [c.token_id for c in cache.take(USD, 5)] == [2]
+    assert [c.token_id for c in cache.take(EUR, 5)] == [1]
+
+
+def test_concurrent_takes_hand_out_each_candidate_once():
+    cache = TokenCache(ttl=60)
+    cache.put(USD, cands(*((t, 1) for t in range(5000))))
+    taken: list[list[Candidate]] = [[] for _ in range(8)]
+
+    def worker(slot: int) -> None:
+        while batch := cache.take(USD, 3):
+            taken[slot].extend(batch)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+
+    ids = [c.token_id for batch in taken for c in batch]
+    assert sorted(ids) == list(range(5000))
+
+
+@pytest.mark.parametrize("kwargs", [{"ttl": 0}, {"max_wallets": 0}])
+def test_bounds_are_validated(kwargs):
+    with pytest.raises(ValueError):
+        TokenCache(**kwargs)

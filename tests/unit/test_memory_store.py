@@ -1,0 +1,187 @@
+"""InMemoryStore: the reference semantics of a TokenStore."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from sherdlock import Candidate, InMemoryStore, Supply, TokenStore, WalletKey
+
+
+@pytest.fixture
+def funded(store, key) -> InMemoryStore:
+    for token_id in range(1, 11):
+        store.add_token(token_id, key.wallet, key.currency, token_id)
+    store.add_token(100, "bob", key.currency, 50)
+    return store
+
+
+def test_is_a_token_store(store):
+    assert isinstance(store, TokenStore)
+
+
+def test_fences_strictly_increase(store):
+    fences = [store.next_fence() for _ in range(5)]
+    assert fences == sorted(set(fences))
+
+
+def test_add_token_validates(store):
+    store.add_token(1, "w", "USD", 5)
+    with pytest.raises(ValueError):
+        store.add_token(1, "w", "USD", 5)
+    with pytest.raises(TypeError):
+        store.add_token(2, "w", "USD", 5.0)
+    with pytest.raises(ValueError):
+        store.add_token(3, "w", "USD", -1)
+
+
+def test_fetch_locks_prefix_reaching_need_and_returns_spare(funded, key, clock):
+    result = funded.fetch_and_lock(key, "tx", 1, need=12, limit=6)
+
+    rows = result.granted + result.spare
+    assert len(rows) == 6 and not result.exhausted
+    assert sum(c.quantity for c in result.granted) >= 12
+    assert sum(c.quantity for c in result.granted[:-1]) < 12
+    assert set(funded.locks()) == {c.token_id for c in result.granted}
+    assert result.expires_at == clock() + funded.lease
+    assert all(t != 100 for t in (c.token_id for c in rows))
+
+
+def test_fetch_reports_exhaustion_and_skips_locked(funded, key):
+    funded.try_lock("other", 1, [Candidate(1, 1), Candidate(2, 2)])
+
+    result = funded.fetch_and_lock(key, "tx", 2, need=1000, limit=64)
+
+    assert result.exhausted and result.spare == []
+    assert {c.token_id for c in result.granted} == set(range(3, 11))
+
+
+def test_fetch_order_is_a_fresh_permutation(funded, key):
+    orders = {
+        tuple(c.token_id for c in funded.fetch_and_lock(key, "tx", 1, 0, 10).spare)
+        for _ in range(5)
+    }
+    assert len(orders) > 1
+
+
+def test_fetch_with_no_need_locks_nothing(funded, key):
+    result = funded.fetch_and_lock(key, "tx", 1, need=0, limit=3)
+    assert result.granted == [] and result.expires_at is None and len(result.spare) == 3
+
+
+def test_try_lock_grants_only_free_unspent_tokens(funded, key):
+    funded.try_lock("other", 1, [Candidate(1, 1)])
+    funded.spend([2], "spender")
+
+    outcome = funded.try_lock(
+        "tx",
+        2,
+        [Candidate(1, 1), Candidate(2, 2), Candidate(3, 3), Candidate(3, 3), Candidate(999, 1)],
+    )
+
+    assert outcome.granted == [Candidate(3, 3)]
+    assert funded.locks()[3][:2] == ("tx", 2)
+    assert funded.try_lock("tx", 2, [Candidate(3, 3)]).granted == []  # already live-locked
+
+
+def test_try_lock_reports_store_quantity(funded):
+    assert funded.try_lock("tx", 1, [Candidate(4, 999)]).granted == [Candidate(4, 4)]
+
+
+def test_expired_lock_can_be_taken_over(funded, key, clock):
+    funded.try_lock("old", 1, [Candidate(1, 1)])
+    clock.advance(funded.lease)
+
+    assert funded.supply(key, "tx").locked_by_others == 0
+    assert funded.try_lock("tx", 2, [Candidate(1, 1)]).granted == [Candidate(1, 1)]
+    assert funded.locks()[1][:2] == ("tx", 2)
+    assert funded.unlock("old", 1) == 0  # the late unlock of the old owner is harmless
+    assert 1 in funded.locks()
+
+
+def test_unlock_touches_only_the_given_fence(funded):
+    funded.try_lock("tx", 1, [Candidate(1, 1), Candidate(2, 2)])
+    funded.try_lock("tx", 2, [Candidate(3, 3)])
+
+    assert funded.unlock("tx", 1, [3]) == 0
+    assert funded.unlock("tx", 1, [1]) == 1
+    assert funded.unlock("tx", 1) == 1
+    assert set(funded.locks()) == {3}
+
+
+def test_supply_splits_others_locks(funded, key):
+    funded.try_lock("other", 1, [Candidate(10, 10)])
+    funded.try_lock("tx", 2, [Candidate(9, 9)])
+    funded.spend([1], "x")
+
+    assert funded.supply(key, "tx") == Supply(unspent=54, locked_by_others=10)
+    assert funded.supply(key, "tx").available == 44
+    assert funded.balance(key) == 54
+    assert funded.supply(WalletKey("nobody", "USD"), "tx") == Supply(0, 0)
+
+
+def test_spend_keeps_lock_rows_and_refuses_double_spends(funded):
+    funded.try_lock("tx", 1, [Candidate(1, 1)])
+    funded.try_lock("other", 2, [Candidate(2, 2)])
+
+    funded.spend([1, 3], "tx")
+
+    assert funded.is_spent(1) and funded.is_spent(3)
+    assert 1 in funded.locks()
+    for ids in ([1], [2], [999], [4, 4]):
+        with pytest.raises(ValueError):
+            funded.spend(ids, "tx")
+    assert not funded.is_spent(4)
+
+
+def test_purge_and_renew(funded, clock):
+    funded.try_lock("tx", 1, [Candidate(1, 1)])
+    funded.try_lock("tx", 2, [Candidate(2, 2)])
+    clock.advance(30)
+    assert funded.renew("tx", 1) == 1
+    clock.advance(30)
+
+    assert funded.purge_expired() == 1
+    assert set(funded.live_locks()) == {1}
+
+
+def test_fail_next_strikes_once_after_skips(funded, key):
+    boom = RuntimeError("boom")
+    funded.fail_next("supply", boom, skip=1)
+
+    funded.supply(key, "tx")
+    with pytest.raises(RuntimeError) as caught:
+        funded.supply(key, "tx")
+    funded.supply(key, "tx")
+
+    assert caught.value is boom and funded.calls["supply"] == 3
+
+
+def test_fail_after_commit_applies_the_call(funded, key):
+    funded.fail_next("try_lock", ConnectionError(), after_commit=True)
+    with pytest.raises(ConnectionError):
+        funded.try_lock("tx", 1, [Candidate(1, 1)])
+    assert 1 in funded.locks()
+
+
+def test_fail_next_rejects_unknown_method(store):
+    with pytest.raises(AttributeError):
+        store.fail_next("nope", RuntimeError())
+
+
+def test_validates_arguments(store, key):
+    with pytest.raises(ValueError):
+        InMemoryStore(lease=0)
+    with pytest.raises(ValueError):
+        store.fetch_and_lock(key, "tx", 1, 1, 0)
+
+
+def test_same_seed_same_permutation(key, clock):
+    def first_fetch() -> list[int]:
+        store = InMemoryStore(clock=clock, rng=random.Random(5))
+        for token_id in range(20):
+            store.add_token(token_id, key.wallet, key.currency, 1)
+        return [c.token_id for c in store.fetch_and_lock(key, "tx", 1, 0, 20).spare]
+
+    assert first_fetch() == first_fetch()

@@ -1,0 +1,529 @@
+"""Selector behaviour against the in-memory store, with fake time."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from sherdlock import (
+    BackoffPolicy,
+    Candidate,
+    FetchResult,
+    FundsLocked,
+    InMemoryStore,
+    InsufficientFunds,
+    InvalidRequest,
+    LockOutcome,
+    Selection,
+    Selector,
+    SelectorConfig,
+    WalletKey,
+)
+
+
+class SpyStore:
+    """Delegate to a store, recording every id submitted to try_lock."""
+
+    def __init__(self, inner: InMemoryStore) -> None:
+        self.inner = inner
+        self.submitted: list[int] = []
+
+    def try_lock(self, tx_id: str, fence: int, candidates: Sequence[Candidate]) -> LockOutcome:
+        self.submitted.extend(c.token_id for c in candidates)
+        return self.inner.try_lock(tx_id, fence, candidates)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def make_selector(store, clock, sleeper, seed: int = 1, **config) -> Selector:
+    return Selector(
+        store, SelectorConfig(**config), rng=random.Random(seed), sleep=sleeper, clock=clock
+    )
+
+
+def issue(store: InMemoryStore, key: WalletKey, quantities: Sequence[int], first_id: int = 1):
+    for offset, quantity in enumerate(quantities):
+        store.add_token(first_id + offset, key.wallet, key.currency, quantity)
+
+
+def locks_of(store: InMemoryStore, tx_id: str) -> set[int]:
+    return {t for t, (tx, _, _) in store.locks().items() if tx == tx_id}
+
+
+def assert_owns(store: InMemoryStore, selection: Selection) -> None:
+    live = store.live_locks()
+    for token_id in selection.token_ids:
+        assert live[token_id][:2] == (selection.tx_id, selection.fence)
+
+
+def test_select_locks_tokens_reaching_quantity(store, clock, sleeper, key):
+    issue(store, key, [5, 7, 11, 13])
+    selector = make_selector(store, clock, sleeper)
+
+    selection = selector.select("tx-1", key.wallet, key.currency, 20)
+
+    assert selection.total >= 20
+    assert selection.total == sum(c.quantity for c in selection.tokens)
+    assert len(set(selection.token_ids)) == len(selection.token_ids)
+    assert selection.key == key and selection.quantity == 20
+    assert selection.change == selection.total - 20
+    assert selection.expires_at == clock() + store.lease
+    assert selection.stats.fetches == 1 and selection.stats.rounds == 1
+    assert_owns(store, selection)
+    assert sleeper.calls == []
+
+
+def test_select_draws_fence_from_store_unless_given(store, clock, sleeper, key):
+    issue(store, key, [1, 1])
+    selector = make_selector(store, clock, sleeper)
+
+    drawn = selector.select("tx-1", key.wallet, key.currency, 1)
+    given = selector.select("tx-2", key.wallet, key.currency, 1, fence=99)
+
+    assert drawn.fence == 1 and store.calls["next_fence"] == 1
+    assert given.fence == 99
+    assert store.locks()[given.token_ids[0]][1] == 99
+
+
+@pytest.mark.parametrize(
+    ("tx_id", "wallet", "currency", "quantity", "fence"),
+    [
+        ("tx", "w", "USD", 0, None),
+        ("tx", "w", "USD", -5, None),
+        ("tx", "w", "USD", 2**64, None),
+        ("tx", "w", "USD", 1.0, None),
+        ("tx", "w", "USD", True, None),
+        ("", "w", "USD", 1, None),
+        ("tx", " ", "USD", 1, None),
+        ("tx", "w", "", 1, None),
+        (None, "w", "USD", 1, None),
+        ("tx", "w", "USD", 1, -1),
+    ],
+)
+def test_invalid_request_is_rejected_before_touching_store(
+    store, clock, sleeper, tx_id, wallet, currency, quantity, fence
+):
+    selector = make_selector(store, clock, sleeper)
+
+    with pytest.raises(InvalidRequest):
+        selector.select(tx_id, wallet, currency, quantity, fence)
+
+    assert sum(store.calls.values()) == 0
+
+
+def test_largest_quantity_is_accepted(store, clock, sleeper, key):
+    issue(store, key, [2**64 - 1])
+    selection = make_selector(store, clock, sleeper).select("tx", "alice", "USD", 2**64 - 1)
+    assert selection.total == 2**64 - 1 and type(selection.total) is int
+
+
+def test_insufficient_funds_reports_what_others_do_not_hold(store, clock, sleeper, key):
+    issue(store, key, [3, 3, 4])
+    store.try_lock("other", 1, [Candidate(3, 4)])
+    selector = make_selector(store, clock, sleeper)
+
+    with pytest.raises(InsufficientFunds) as caught:
+        selector.select("tx", key.wallet, key.currency, 11)
+
+    assert caught.value.available == 6 and caught.value.requested == 11
+    assert caught.value.key == key and caught.value.stats.rounds == 1
+    assert locks_of(store, "tx") == set()
+    assert sleeper.calls == []  # never retried
+
+
+def test_funds_locked_when_other_replica_never_releases(store, clock, sleeper, key):
+    # The seed's livelock, one side frozen: two tokens of 3, both sides ask 4.
+    issue(store, key, [3, 3])
+    backoff = BackoffPolicy(attempts=2, min_delay=0.01, max_delay=0.02)
+    holder = make_selector(store, clock, sleeper, seed=1)
+    held = holder.select("tx-a", key.wallet, key.currency, 3)
+    assert len(held.tokens) == 1
+    sleeper.calls.clear()
+    config = dict(max_retries=3, backoff=backoff, refetch_delay=(0.001, 0.002))
+    selector = make_selector(store, clock, sleeper, seed=2, **config)
+
+    with pytest.raises(FundsLocked) as caught:
+        selector.select("tx-b", key.wallet, key.currency, 4)
+
+    err = caught.value
+    assert err.available == 3 and err.requested == 4
+    assert err.retry_after == selector.config.retry_after > backoff.max_delay
+    assert err.stats.rounds == 3
+    backoffs = [s for s in sleeper.calls if s >= 0.01]
+    refetches = [s for s in sleeper.calls if s < 0.01]
+    assert len(backoffs) == 2 and all(0.01 <= s <= 0.02 for s in backoffs)
+    assert err.stats.backoff_seconds == pytest.approx(sum(backoffs))
+    assert len(refetches) == 3 * 3  # max_retries stalled refetches per round
+    assert locks_of(store, "tx-b") == set()
+    assert_owns(store, held)
+
+
+class StagedStore:
+    """Make each transaction's first fetch lock one token, then wait for the other side.
+
+    This forces the seed's interleaving where each replica holds half of what both need.
+    """
+
+    def __init__(self, inner: InMemoryStore, parties: int) -> None:
+        self.inner = inner
+        self.barrier = threading.Barrier(parties)
+        self.staged: set[str] = set()
+        self.lock = threading.Lock()
+
+    def fetch_and_lock(self, key, tx_id, fence, need, limit) -> FetchResult:
+        with self.lock:
+            first = tx_id not in self.staged
+            self.staged.add(tx_id)
+        if not first:
+            return self.inner.fetch_and_lock(key, tx_id, fence, need, limit)
+        result = self.inner.fetch_and_lock(key, tx_id, fence, need, 1)
+        self.barrier.wait(timeout=5)
+        return result
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("winner_action", ["spend", "release"])
+def test_livelock_resolves_with_backoff(key, winner_action):
+    inner = InMemoryStore(rng=random.Random(3))
+    issue(inner, key, [3, 3])
+    staged = StagedStore(inner, parties=2)
+    config = SelectorConfig(
+        max_retries=2,
+        refetch_delay=(0.0005, 0.001),
+        backoff=BackoffPolicy(attempts=20, min_delay=0.001, max_delay=0.02),
+    )
+    outcomes: dict[str, object] = {}
+    first_seen: list[str] = []
+
+    def run(tx_id: str, seed: int) -> None:
+        selector = Selector(staged, config, rng=random.Random(seed))
+        try:
+            selection = selector.select(tx_id, key.wallet, key.currency, 4)
+        except Exception as exc:
+            outcomes[tx_id] = exc
+            return
+        first_seen.append(tx_id)
+        outcomes[tx_id] = selection
+        if winner_action == "spend":
+            inner.spend(selection.token_ids, tx_id)
+            selector.forget(selection.token_ids, key)
+        else:
+            selector.release(selection)
+
+    threads = [threading.Thread(target=run, args=(f"tx-{i}", i)) for i in range(2)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert not any(t.is_alive() for t in threads)
+    assert time.monotonic() - started < 5
+    assert staged.staged == {"tx-0", "tx-1"}  # the livelock really was staged
+
+    winner = first_seen[0]
+    loser = "tx-1" if winner == "tx-0" else "tx-0"
+    assert isinstance(outcomes[winner], Selection)
+    assert outcomes[winner].total == 6
+    if winner_action == "spend":
+        assert isinstance(outcomes[loser], InsufficientFunds)
+        assert outcomes[loser].available == 0
+    else:
+        assert isinstance(outcomes[loser], Selection)
+        assert set(outcomes[loser].token_ids) == {1, 2}
+        assert locks_of(inner, winner) == set()
+    assert outcomes[winner].stats.rounds + outcomes[loser].stats.rounds > 2  # backoff ran
+
+
+@pytest.fixture
+def cached_selector(store, clock, sleeper, key) -> Selector:
+    """Return a selector whose cache holds spare tokens 1..10 (quantity 1 each) but one."""
+    issue(store, key, [1] * 10)
+    selector = make_selector(store, clock, sleeper)
+    first = selector.select("tx-0", key.wallet, key.currency, 1)
+    assert len(selector.cache.peek(key)) == 9
+    selector.release(first, token_ids=[])  # keep it locked, but exercise the no-op path
+    return selector
+
+
+def test_try_lock_failure_propagates_unchanged_and_leaves_no_lock(
+    cached_selector, store, sleeper, key
+):
+    boom = ConnectionError("server closed the connection")
+    store.fail_next("try_lock", boom)
+    calls_before = store.calls["try_lock"]
+
+    with pytest.raises(ConnectionError) as caught:
+        cached_selector.select("tx-1", key.wallet, key.currency, 3)
+
+    assert caught.value is boom
+    assert store.calls["try_lock"] == calls_before + 1  # not retried as contention
+    assert store.calls["fetch_and_lock"] == 1
+    assert locks_of(store, "tx-1") == set()
+    assert sleeper.calls == []
+
+
+def test_try_lock_failure_after_commit_releases_in_flight_tokens(cached_selector, store, key):
+    store.fail_next("try_lock", ConnectionError("lost during commit"), after_commit=True)
+
+    with pytest.raises(ConnectionError):
+        cached_selector.select("tx-1", key.wallet, key.currency, 3)
+
+    assert locks_of(store, "tx-1") == set()
+
+
+@pytest.mark.parametrize("after_commit", [False, True])
+def test_fetch_failure_releases_earlier_grants(store, clock, sleeper, key, after_commit):
+    issue(store, key, [1] * 5)
+    selector = make_selector(store, clock, sleeper, fetch_limit=1)
+    boom = TimeoutError("statement timeout")
+    store.fail_next("fetch_and_lock", boom, skip=1, after_commit=after_commit)
+
+    with pytest.raises(TimeoutError) as caught:
+        selector.select("tx", key.wallet, key.currency, 3)
+
+    assert caught.value is boom
+    assert store.calls["fetch_and_lock"] == 2
+    assert locks_of(store, "tx") == set()
+    assert not any(selector.cache.is_held(t) for t in range(1, 6))
+
+
+def test_failed_release_keeps_original_error_and_notes_it(store, clock, sleeper, key):
+    issue(store, key, [1] * 5)
+    selector = make_selector(store, clock, sleeper, fetch_limit=1)
+    boom = TimeoutError("statement timeout")
+    store.fail_next("fetch_and_lock", boom, skip=1)
+    store.fail_next("unlock", ConnectionError("gone"))
+
+    with pytest.raises(TimeoutError) as caught:
+        selector.select("tx", key.wallet, key.currency, 3)
+
+    assert caught.value is boom
+    assert any("ConnectionError('gone')" in note for note in caught.value.__notes__)
+    assert len(locks_of(store, "tx")) == 1  # left to expire with its lease
+
+
+def test_interrupt_releases_locks(cached_selector, store, key):
+    store.fail_next("try_lock", KeyboardInterrupt())
+
+    with pytest.raises(KeyboardInterrupt):
+        cached_selector.select("tx-1", key.wallet, key.currency, 3)
+
+    assert locks_of(store, "tx-1") == set()
+
+
+def test_held_tokens_are_never_submitted_again(store, clock, sleeper, key):
+    issue(store, key, [1] * 8)
+    spy = SpyStore(store)
+    selector = make_selector(spy, clock, sleeper)
+    held = selector.select("tx-a", key.wallet, key.currency, 3)
+    # A concurrent fetch that started before our locks puts them back as spare.
+    selector.cache.put(key, [*held.tokens, *selector.cache.peek(key)])
+    assert set(held.token_ids) <= {c.token_id for c in selector.cache.peek(key)}
+
+    other = selector.select("tx-b", key.wallet, key.currency, 4)
+
+    assert spy.submitted, "the cache was used"
+    assert set(spy.submitted).isdisjoint(held.token_ids)
+    assert other.stats.lock_conflicts == 0
+    assert set(other.token_ids).isdisjoint(held.token_ids)
+
+
+def test_without_local_hold_the_store_still_refuses(store, clock, sleeper, key):
+    issue(store, key, [1] * 8)
+    spy = SpyStore(store)
+    selector = make_selector(spy, clock, sleeper)
+    held = selector.select("tx-a", key.wallet, key.currency, 3)
+    selector.cache.unhold(held.token_ids)
+    selector.cache.invalidate()
+    selector.cache.put(key, held.tokens)
+
+    other = selector.select("tx-b", key.wallet, key.currency, 3)
+
+    assert set(spy.submitted) == set(held.token_ids)
+    assert other.stats.lock_conflicts == 3
+    assert set(other.token_ids).isdisjoint(held.token_ids)
+
+
+def test_stale_cache_yields_conflicts_never_double_grants(store, clock, sleeper, key):
+    issue(store, key, [1] * 12)
+    a = make_selector(store, clock, sleeper, seed=1)
+    b = make_selector(store, clock, sleeper, seed=2)
+    first = a.select("tx-a1", key.wallet, key.currency, 1)
+    cached = {c.token_id for c in a.cache.peek(key)}
+    taken = b.select("tx-b", key.wallet, key.currency, 9)  # leaves 2 tokens free
+
+    second = a.select("tx-a2", key.wallet, key.currency, 2)
+
+    assert second.stats.lock_conflicts > 0
+    assert second.stats.lock_attempts == second.stats.lock_conflicts + second.stats.cache_hits
+    assert set(second.token_ids).isdisjoint(taken.token_ids)
+    assert set(second.token_ids).isdisjoint(first.token_ids)
+    assert cached & set(taken.token_ids)
+    for selection in (first, taken, second):
+        assert_owns(store, selection)
+
+
+def test_expired_cache_is_not_used(store, clock, sleeper, key):
+    issue(store, key, [1] * 6)
+    selector = make_selector(store, clock, sleeper, cache_ttl=0.5)
+    selector.select("tx-1", key.wallet, key.currency, 1)
+    assert selector.cache.peek(key)
+
+    clock.advance(0.5)
+    selection = selector.select("tx-2", key.wallet, key.currency, 2)
+
+    assert selection.stats.lock_attempts == 0 and selection.stats.fetches == 1
+
+
+def test_fresh_cache_saves_fetches(store, clock, sleeper, key):
+    issue(store, key, [1] * 6)
+    selector = make_selector(store, clock, sleeper)
+    selector.select("tx-1", key.wallet, key.currency, 1)
+
+    selection = selector.select("tx-2", key.wallet, key.currency, 2)
+
+    assert selection.stats.fetches == 0 and selection.stats.cache_hits == 2
+
+
+def test_selection_spanning_many_fetches_is_not_cut_short(store, clock, sleeper, key):
+    # Each fetch locks something, so no fetch counts as a retry.
+    issue(store, key, [1] * 50)
+    selector = make_selector(store, clock, sleeper, fetch_limit=2, max_retries=0)
+
+    selection = selector.select("tx", key.wallet, key.currency, 40)
+
+    assert selection.total == 40 and selection.stats.fetches == 20
+    assert sleeper.calls == []
+
+
+def test_release_returns_tokens_to_cache_and_drops_holds(store, clock, sleeper, key):
+    issue(store, key, [2, 2, 2])
+    selector = make_selector(store, clock, sleeper)
+    selection = selector.select("tx", key.wallet, key.currency, 6)
+    assert all(selector.cache.is_held(t) for t in selection.token_ids)
+
+    assert selector.release(selection) == 3
+
+    assert locks_of(store, "tx") == set()
+    assert not any(selector.cache.is_held(t) for t in selection.token_ids)
+    assert {c.token_id for c in selector.cache.peek(key)} == set(selection.token_ids)
+    again = selector.select("tx-2", key.wallet, key.currency, 6)
+    assert again.stats.fetches == 0
+
+
+def test_release_by_tx_id_needs_fence(store, clock, sleeper, key):
+    issue(store, key, [2, 2])
+    selector = make_selector(store, clock, sleeper)
+    selection = selector.select("tx", key.wallet, key.currency, 4)
+
+    with pytest.raises(InvalidRequest):
+        selector.release("tx")
+    with pytest.raises(InvalidRequest):
+        selector.release(selection, fence=selection.fence + 1)
+    assert selector.release("tx", selection.fence + 1) == 0
+    assert selector.release("tx", selection.fence, [selection.token_ids[0]]) == 1
+    assert selector.release("tx", selection.fence) == 1
+    assert not any(selector.cache.is_held(t) for t in selection.token_ids)
+
+
+def test_forget_drops_spent_tokens_from_cache_and_holds(store, clock, sleeper, key):
+    issue(store, key, [1] * 6)
+    selector = make_selector(store, clock, sleeper)
+    selection = selector.select("tx", key.wallet, key.currency, 2)
+    spare = selector.cache.peek(key)[0]
+    store.spend([*selection.token_ids, spare.token_id], "tx")
+
+    selector.forget([*selection.token_ids, spare.token_id])
+
+    assert spare not in selector.cache.peek(key)
+    assert not any(selector.cache.is_held(t) for t in selection.token_ids)
+
+
+class ExpiryStore(SpyStore):
+    """Report a different lease expiry per call."""
+
+    def __init__(self, inner: InMemoryStore) -> None:
+        super().__init__(inner)
+        self.expiries = iter([50.0, 40.0, 45.0])
+
+    def fetch_and_lock(self, key, tx_id, fence, need, limit) -> FetchResult:
+        result = self.inner.fetch_and_lock(key, tx_id, fence, need, limit)
+        return FetchResult(result.granted, result.spare, result.exhausted, next(self.expiries))
+
+
+def test_expiry_is_the_earliest_reported(store, clock, sleeper, key):
+    issue(store, key, [1] * 3)
+    selector = make_selector(ExpiryStore(store), clock, sleeper, fetch_limit=1)
+
+    selection = selector.select("tx", key.wallet, key.currency, 3)
+
+    assert selection.expires_at == 40.0
+
+
+def test_refetch_waits_only_without_progress(store, clock, sleeper, key):
+    issue(store, key, [1, 1, 1])
+    store.try_lock("other", 1, [Candidate(3, 1)])
+    selector = make_selector(
+        store, clock, sleeper, fetch_limit=1, max_retries=2, backoff=BackoffPolicy(attempts=0)
+    )
+
+    with pytest.raises(FundsLocked) as caught:
+        selector.select("tx", key.wallet, key.currency, 3)
+
+    # Two productive fetches, one empty exhausted fetch, then two stalled refetches.
+    assert caught.value.stats.fetches == 5
+    assert len(sleeper.calls) == 2
+    assert all(0.001 <= s <= 0.010 for s in sleeper.calls)
+
+
+class EchoStore(SpyStore):
+    """Report every granted token twice, as a buggy store might."""
+
+    def fetch_and_lock(self, key, tx_id, fence, need, limit) -> FetchResult:
+        result = self.inner.fetch_and_lock(key, tx_id, fence, need, limit)
+        return FetchResult(result.granted * 2, result.spare, result.exhausted, result.expires_at)
+
+
+def test_token_reported_twice_is_counted_once(store, clock, sleeper, key):
+    issue(store, key, [2, 2, 2])
+    selector = make_selector(EchoStore(store), clock, sleeper, fetch_limit=1)
+
+    selection = selector.select("tx", key.wallet, key.currency, 4)
+
+    assert len(set(selection.token_ids)) == len(selection.token_ids) == 2
+    assert selection.total == 4
+
+
+class RacingStore(SpyStore):
+    """Lose one row of the first fetch to a concurrent selection, as PostgreSQL may."""
+
+    def __init__(self, inner: InMemoryStore) -> None:
+        super().__init__(inner)
+        self.raced = False
+
+    def fetch_and_lock(self, key, tx_id, fence, need, limit) -> FetchResult:
+        if not self.raced:
+            self.raced = True
+            free = self.inner.fetch_and_lock(key, "racer", 1, 1, 1).granted
+            result = self.inner.fetch_and_lock(key, tx_id, fence, need, limit)
+            return FetchResult(
+                result.granted, result.spare, result.exhausted, result.expires_at, len(free)
+            )
+        return self.inner.fetch_and_lock(key, tx_id, fence, need, limit)
+
+
+def test_fetch_conflicts_are_counted(store, clock, sleeper, key):
+    issue(store, key, [1] * 4)
+    selector = make_selector(RacingStore(store), clock, sleeper)
+
+    selection = selector.select("tx", key.wallet, key.currency, 3)
+
+    assert selection.stats.lock_conflicts == 1 and selection.stats.lock_attempts == 0
+    assert locks_of(store, "racer").isdisjoint(selection.token_ids)
