@@ -201,6 +201,8 @@ class Selector:
             rnd.pending = []
             fetches += 1
             stats.fetches += 1
+            # The prefix a fetch tried to lock counts as attempts, like a try_lock batch.
+            stats.lock_attempts += len(result.granted) + result.conflicts
             stats.lock_conflicts += result.conflicts
             supply = None
             self._accept(rnd, result.granted, result.expires_at, None)

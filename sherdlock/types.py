@@ -78,10 +78,9 @@ class Supply:
 class SelectionStats:
     """Count the work one selection did; attached to results and errors."""
 
-    # Token ids submitted to try_lock (fetch_and_lock grants are not submissions).
+    # Token ids submitted for locking: try_lock batches plus the prefixes fetch_and_lock chose.
     lock_attempts: int = 0
-    # Submitted to try_lock but not granted (someone else held, spent or touched them),
-    # plus the conflicts fetch_and_lock reported.
+    # Submitted but not granted: someone else held, spent or touched them.
     lock_conflicts: int = 0
     fetches: int = 0
     # Tokens taken from the cache that were then locked.

@@ -379,7 +379,9 @@ def test_expired_cache_is_not_used(store, clock, sleeper, key):
     clock.advance(0.5)
     selection = selector.select("tx-2", key.wallet, key.currency, 2)
 
-    assert selection.stats.lock_attempts == 0 and selection.stats.fetches == 1
+    # Both tokens came from a fresh fetch, none from the stale cache.
+    assert selection.stats.cache_hits == 0 and selection.stats.fetches == 1
+    assert selection.stats.lock_attempts == 2
 
 
 def test_fresh_cache_saves_fetches(store, clock, sleeper, key):
@@ -525,5 +527,6 @@ def test_fetch_conflicts_are_counted(store, clock, sleeper, key):
 
     selection = selector.select("tx", key.wallet, key.currency, 3)
 
-    assert selection.stats.lock_conflicts == 1 and selection.stats.lock_attempts == 0
+    # The fetch tried to lock 4 tokens (3 granted, 1 lost to the racer).
+    assert selection.stats.lock_conflicts == 1 and selection.stats.lock_attempts == 4
     assert locks_of(store, "racer").isdisjoint(selection.token_ids)
