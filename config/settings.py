@@ -171,6 +171,14 @@ SHERDLOCK = {
     "BACKOFF_MAX": float(os.environ.get("SHERDLOCK_BACKOFF_MAX", 0.05)),
     "LEASE_SECONDS": float(os.environ.get("SHERDLOCK_LEASE_SECONDS", 60)),
     "MAX_LEASE_SECONDS": float(os.environ.get("SHERDLOCK_MAX_LEASE_SECONDS", 600)),
+    # Housekeeping: removal of expired locks and of spent tokens' locks (locks.housekeeping).
+    "HOUSEKEEPING_BATCH_SIZE": int(os.environ.get("SHERDLOCK_HOUSEKEEPING_BATCH_SIZE", 1000)),
+    "HOUSEKEEPING_MAX_BATCHES": int(os.environ.get("SHERDLOCK_HOUSEKEEPING_MAX_BATCHES", 100)),
+    "HOUSEKEEPING_GRACE_SECONDS": float(
+        os.environ.get("SHERDLOCK_HOUSEKEEPING_GRACE_SECONDS", 5)),
+    # Whole seconds: beat's IntervalSchedule counts in integers.
+    "HOUSEKEEPING_INTERVAL_SECONDS": int(
+        os.environ.get("SHERDLOCK_HOUSEKEEPING_INTERVAL_SECONDS", 10)),
 }
 
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")

@@ -1,0 +1,177 @@
+"""Housekeeping of the lock table: remove expired leases and the locks of spent tokens.
+
+Removing a lock row never changes who may lock a token: an expired row is already free to be
+taken over (the store's INSERT ... ON CONFLICT replaces it under a new fence), and a spent
+token can never be locked again (the store checks ``spent_at`` under a row lock). Housekeeping
+only keeps the table, its index and every anti-join over it small, so it may run late, run
+twice or be skipped without harm.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, Error, connections
+from django.db.models.functions import Now
+
+from locks.metrics import HOUSEKEEPING_DELETED, HOUSEKEEPING_LAST_RUN
+from locks.models import HousekeepingRun
+
+logger = logging.getLogger(__name__)
+
+# The advisory-lock key of the single-runner guard ("sherdlhk" as a big-endian bigint). Any
+# tool that must not overlap with housekeeping can take it too, at session or transaction
+# level: both kinds of advisory lock on one key conflict with each other.
+GUARD_KEY = int.from_bytes(b"sherdlhk", "big")
+
+# Remove up to %(limit)s locks of tokens spent at least %(grace)s seconds ago. The rows are kept
+# that long after a spend so that replicas with the token in their cache see it locked and move
+# on instead of trying it (the design's note on spent tokens); after that the cache has been
+# refreshed and the row is dead weight. Driven from the lock table, which stays small, with one
+# primary-key probe into the token table per lock row.
+DELETE_SPENT = """
+DELETE FROM locks_tokenlock
+WHERE token_id IN (
+    SELECT l.token_id
+    FROM locks_tokenlock l JOIN tokens_token t ON t.id = l.token_id
+    WHERE t.spent_at <= now() - %(grace)s * interval '1 second'
+    LIMIT %(limit)s
+    FOR UPDATE OF l SKIP LOCKED
+)
+"""
+
+# Remove up to %(limit)s locks whose lease ended at least %(grace)s seconds ago (database clock,
+# the clock that stamped the lease). The inner SELECT walks the expires_at index and row-locks
+# its batch; SKIP LOCKED passes over rows that a selection is taking over or a renewal is
+# updating right now, so neither ever waits behind the housekeeper, nor it behind them. The
+# predicate is repeated outside so the statement stays correct whatever plan is chosen: a row
+# renewed or taken over after it was picked no longer matches and is kept.
+DELETE_EXPIRED = """
+DELETE FROM locks_tokenlock
+WHERE token_id IN (
+    SELECT token_id
+    FROM locks_tokenlock
+    WHERE expires_at <= now() - %(grace)s * interval '1 second'
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+AND expires_at <= now() - %(grace)s * interval '1 second'
+"""
+
+# Spent first, so that a spent token's lock is counted as "spent" even when its lease has also
+# run out by the time housekeeping gets to it.
+PASSES = (("spent", DELETE_SPENT), ("expired", DELETE_EXPIRED))
+
+Progress = Callable[[str, int], None]
+
+
+def _try_guard(connection) -> bool:
+    # Why a session-level lock rather than pg_try_advisory_xact_lock: a transaction-level lock
+    # lives only as long as the transaction that took it. Holding it for the whole pass would
+    # turn the pass into one long transaction whose deleted rows stay row-locked until commit
+    # (selections taking over those tokens would wait) and which holds back vacuum. Taking it
+    # afresh for each batch would keep the deletes short but let a second housekeeper slip in
+    # between two batches, so "single runner" would hold only per statement. A session lock is
+    # held by the connection across any number of short autocommit deletes, and the server
+    # drops it if the process dies. It must be released explicitly (see _release_guard), and
+    # it needs a real session: behind a transaction-pooling proxy it would not be safe.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [GUARD_KEY])
+        return bool(cursor.fetchone()[0])
+
+
+def _release_guard(connection) -> None:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [GUARD_KEY])
+            released = cursor.fetchone()[0]
+    except Error:
+        # Django keeps connections open between tasks, so a guard left behind would make every
+        # other housekeeper skip until this connection is recycled. Ending the session is the
+        # one sure way to drop a session lock.
+        logger.warning("could not release the housekeeping guard; closing the connection",
+                       exc_info=True)
+        connection.close()
+        return
+    if not released:
+        logger.warning("the housekeeping guard was no longer held when released")
+
+
+def _settings(batch_size, max_batches, grace_seconds) -> tuple[int, int, float]:
+    options = settings.SHERDLOCK
+    batch_size = int(options["HOUSEKEEPING_BATCH_SIZE"] if batch_size is None else batch_size)
+    max_batches = int(options["HOUSEKEEPING_MAX_BATCHES"] if max_batches is None else max_batches)
+    grace = float(options["HOUSEKEEPING_GRACE_SECONDS"] if grace_seconds is None
+                  else grace_seconds)
+    if batch_size < 1 or max_batches < 1:
+        raise ValueError("batch_size and max_batches must be positive")
+    if grace < 0:
+        raise ValueError("grace_seconds must not be negative")
+    return batch_size, max_batches, grace
+
+
+def run_housekeeping(
+    batch_size: int | None = None,
+    max_batches: int | None = None,
+    grace_seconds: float | None = None,
+    *,
+    progress: Progress | None = None,
+    using: str = DEFAULT_DB_ALIAS,
+) -> HousekeepingRun:
+    """Remove expired locks and spent tokens' locks in bounded batches; record the pass.
+
+    Each kind is removed by at most ``max_batches`` statements of at most ``batch_size`` rows,
+    each its own short transaction when called outside ``transaction.atomic`` (as the task and
+    the command do); a backlog is finished by the next passes. Unset arguments come from
+    ``settings.SHERDLOCK``. If another housekeeper holds the guard, record a skipped run and
+    return at once. ``progress(kind, removed)`` is called after every batch.
+    """
+    batch_size, max_batches, grace = _settings(batch_size, max_batches, grace_seconds)
+    connection = connections[using]
+    runs = HousekeepingRun.objects.using(using)
+    if not _try_guard(connection):
+        run = runs.create(skipped=True, finished_at=Now())
+        run.refresh_from_db()
+        logger.info("housekeeping skipped: another housekeeper holds the guard")
+        return run
+
+    run = runs.create()
+    removed = dict.fromkeys((kind for kind, _ in PASSES), 0)
+    batches = 0
+    started = time.monotonic()
+    completed = False
+    try:
+        for kind, statement in PASSES:
+            for _ in range(max_batches):
+                with connection.cursor() as cursor:
+                    cursor.execute(statement, {"grace": grace, "limit": batch_size})
+                    count = cursor.rowcount
+                batches += 1
+                removed[kind] += count
+                HOUSEKEEPING_DELETED.labels(kind=kind).inc(count)
+                if progress is not None:
+                    progress(kind, count)
+                if count < batch_size:  # nothing left that is not being worked on
+                    break
+        completed = True
+    finally:
+        try:
+            # Partial counts are kept on failure; finished_at stays empty to show it.
+            runs.filter(pk=run.pk).update(
+                expired_removed=removed["expired"], spent_removed=removed["spent"],
+                finished_at=Now() if completed else None,
+            )
+        finally:
+            _release_guard(connection)
+
+    HOUSEKEEPING_LAST_RUN.set_to_current_time()
+    # Quiet when idle: a pass runs every few seconds, and the run table records it anyway.
+    level = logging.INFO if any(removed.values()) else logging.DEBUG
+    logger.log(level, "housekeeping removed %d expired and %d spent lock(s) in %d batch(es), "
+               "%.3f s", removed["expired"], removed["spent"], batches,
+               time.monotonic() - started)
+    run.refresh_from_db()
+    return run

@@ -1,0 +1,85 @@
+"""Prometheus metrics of the lock table, registered in the process-wide default registry."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from sherdlock import SelectionStats
+
+# housekeeping
+HOUSEKEEPING_DELETED = Counter(
+    "sherdlock_housekeeping_deleted_total",
+    "Lock rows removed by housekeeping: expired leases, and locks of spent tokens.",
+    ["kind"],
+)
+# Passes run in Celery worker processes; with PROMETHEUS_MULTIPROC_DIR set, /metrics reads their
+# files, and "max" reports the latest pass of any process, dead ones included.
+HOUSEKEEPING_LAST_RUN = Gauge(
+    "sherdlock_housekeeping_last_run_timestamp",
+    "Unix time at which the last housekeeping pass that held the guard finished.",
+    multiprocess_mode="max",
+)
+
+# Export both series from the first scrape, before anything has been removed.
+for _kind in ("expired", "spent"):
+    HOUSEKEEPING_DELETED.labels(kind=_kind)
+
+# listener
+LISTENER_NOTIFICATIONS = Counter(
+    "sherdlock_listener_notifications_total",
+    "Change notifications applied to this replica's token cache, by event.",
+    ["event"],
+)
+LISTENER_RECONNECTS = Counter(
+    "sherdlock_listener_reconnects_total",
+    "Times the cache listener connected again after losing its connection.",
+)
+LISTENER_INVALIDATIONS = Counter(
+    "sherdlock_listener_invalidations_total",
+    "Cache invalidations by the listener: every queue (connect, reset, bad payload) or one key "
+    "(overflow).",
+    ["scope"],
+)
+
+for _event in ("issued", "spent", "locked", "released", "overflow", "reset", "invalid"):
+    LISTENER_NOTIFICATIONS.labels(event=_event)
+for _scope in ("all", "key"):
+    LISTENER_INVALIDATIONS.labels(scope=_scope)
+
+# selection
+SELECTION_OUTCOMES = ("success", "insufficient_funds", "funds_locked", "error")
+SELECTION_DURATION = Histogram(
+    "sherdlock_selection_duration_seconds",
+    "Time one selection took in the selector, retries and backoff included.",
+    ["outcome"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+SELECTIONS = Counter("sherdlock_selections_total", "Selections by outcome.", ["outcome"])
+SELECTION_RETRIES = Counter(
+    "sherdlock_selection_retries_total",
+    "Backoff rounds run after a round lost to contention (rounds - 1 per selection).",
+)
+LOCK_ATTEMPTS = Counter(
+    "sherdlock_lock_attempts_total", "Cached candidates submitted to a try-lock statement.")
+LOCK_CONFLICTS = Counter(
+    "sherdlock_lock_conflicts_total",
+    "Lock attempts lost to another spender (held, spent or being touched), fetches included.",
+)
+CACHE_HITS = Counter("sherdlock_cache_hits_total", "Cached candidates that were then locked.")
+FETCHES = Counter("sherdlock_fetches_total", "Fetch-and-lock queries (cache refills) run.")
+
+for _outcome in SELECTION_OUTCOMES:
+    SELECTIONS.labels(outcome=_outcome)
+
+
+def record_selection(seconds: float, outcome: str, stats: SelectionStats | None) -> None:
+    """Record one selection: its duration and outcome, and the work its stats counted."""
+    SELECTION_DURATION.labels(outcome=outcome).observe(seconds)
+    SELECTIONS.labels(outcome=outcome).inc()
+    if stats is None:
+        return
+    SELECTION_RETRIES.inc(max(0, stats.rounds - 1))
+    LOCK_ATTEMPTS.inc(stats.lock_attempts)
+    LOCK_CONFLICTS.inc(stats.lock_conflicts)
+    CACHE_HITS.inc(stats.cache_hits)
+    FETCHES.inc(stats.fetches)

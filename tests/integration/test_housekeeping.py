@@ -1,0 +1,331 @@
+"""Housekeeping of the lock table, and leases with fencing, on a real PostgreSQL.
+
+Every test commits (transactional database) so that ``now()`` moves as in production and a
+second connection sees the rows.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import logging
+import time
+from datetime import timedelta
+
+import psycopg
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from prometheus_client import REGISTRY
+
+from locks import replica
+from locks.errors import AlreadySpent, LeaseLost
+from locks.housekeeping import GUARD_KEY, run_housekeeping
+from locks.models import HousekeepingRun, Selection, TokenLock
+from locks.services import extend_selection, release_selection, select_tokens, spend_selection
+from sherdlock import FundsLocked
+from tests.factories import make_lock, make_token, make_tokens
+from tokens.models import Token
+from tokens.services import TokenSpec
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def fresh_replica():
+    replica.reset()  # each test starts with an empty token cache, built from its settings
+    yield
+    replica.reset()
+
+
+@pytest.fixture
+def lease(settings):
+    """Set the lease and its cap (seconds) for selections made after the call."""
+    def configure(seconds: float, cap: float = 600.0) -> None:
+        settings.SHERDLOCK = {**settings.SHERDLOCK, "LEASE_SECONDS": seconds,
+                              "MAX_LEASE_SECONDS": cap}
+        replica.reset()
+    return configure
+
+
+def remaining() -> set[int]:
+    return set(TokenLock.objects.values_list("token_id", flat=True))
+
+
+def expire(tx_id: str) -> None:
+    """End the lease of ``tx_id`` now, as if its owner had stopped renewing a minute ago."""
+    now = timezone.now()
+    TokenLock.objects.filter(spender_tx_id=tx_id).update(
+        created_at=now - timedelta(minutes=2), expires_at=now - timedelta(minutes=1))
+
+
+def counter(kind: str) -> float:
+    return REGISTRY.get_sample_value("sherdlock_housekeeping_deleted_total", {"kind": kind})
+
+
+def outputs_for(tx_id: str, quantity: int) -> list[TokenSpec]:
+    return [TokenSpec(tx_id=tx_id, index=0, wallet="bob", currency="USD", quantity=quantity)]
+
+
+# -- what is removed ---------------------------------------------------------------------------
+
+def test_expired_locks_are_removed_and_live_ones_kept():
+    stale, other_stale, live = make_tokens(3)
+    make_lock(stale, "crashed", ttl=-60)
+    make_lock(other_stale, "gone", fence=2, ttl=-60)
+    make_lock(live, "working", fence=3, ttl=60)
+    run = run_housekeeping(grace_seconds=5)
+    assert remaining() == {live.pk}
+    assert (run.expired_removed, run.spent_removed, run.skipped) == (2, 0, False)
+    assert run.finished_at is not None and run.finished_at >= run.started_at
+    assert Token.objects.count() == 3  # only lock rows go, never tokens
+
+
+def test_grace_keeps_locks_that_expired_moments_ago():
+    token = make_token()
+    make_lock(token, ttl=-2)
+    assert run_housekeeping(grace_seconds=5).expired_removed == 0
+    assert remaining() == {token.pk}
+    assert run_housekeeping(grace_seconds=0).expired_removed == 1
+    assert remaining() == set()
+
+
+def test_locks_of_spent_tokens_are_purged_once_older_than_grace():
+    long_spent, just_spent, unspent = make_tokens(3)
+    for fence, token in enumerate((long_spent, just_spent, unspent), 1):
+        make_lock(token, f"tx-{fence}", fence=fence, ttl=60)  # leases still running
+    now = timezone.now()
+    Token.objects.filter(pk=long_spent.pk).update(spent_by="tx-1",
+                                                  spent_at=now - timedelta(seconds=30))
+    Token.objects.filter(pk=just_spent.pk).update(spent_by="tx-2", spent_at=now)
+    run = run_housekeeping(grace_seconds=5)
+    assert (run.spent_removed, run.expired_removed) == (1, 0)
+    assert remaining() == {just_spent.pk, unspent.pk}
+
+
+def test_each_statement_removes_at_most_a_batch():
+    for token in make_tokens(5):
+        make_lock(token, ttl=-60)
+    batches: list[tuple[str, int]] = []
+    with CaptureQueriesContext(connection) as queries:
+        run = run_housekeeping(batch_size=2, max_batches=10, grace_seconds=0,
+                               progress=lambda kind, n: batches.append((kind, n)))
+    assert [n for kind, n in batches if kind == "expired"] == [2, 2, 1]
+    deletes = [q["sql"] for q in queries if q["sql"].lstrip().startswith("DELETE")]
+    assert len(deletes) == 4  # one spent batch (empty) and three expired ones
+    assert all("LIMIT 2" in sql for sql in deletes)
+    assert run.expired_removed == 5 and remaining() == set()
+
+
+def test_max_batches_ends_a_pass_early_and_the_next_pass_finishes():
+    for token in make_tokens(5):
+        make_lock(token, ttl=-60)
+    first = run_housekeeping(batch_size=2, max_batches=2, grace_seconds=0)
+    assert first.expired_removed == 4 and len(remaining()) == 1
+    second = run_housekeeping(batch_size=2, max_batches=2, grace_seconds=0)
+    assert second.expired_removed == 1 and remaining() == set()
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError):
+        run_housekeeping(batch_size=0)
+    with pytest.raises(ValueError):
+        run_housekeeping(grace_seconds=-1)
+
+
+# -- single runner -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("level", ["session", "transaction"])
+def test_a_second_housekeeper_skips_while_the_guard_is_held(db_url, level):
+    token = make_token()
+    make_lock(token, ttl=-60)
+    with psycopg.connect(db_url, autocommit=(level == "session")) as other:
+        function = "pg_advisory_lock" if level == "session" else "pg_advisory_xact_lock"
+        other.execute(f"SELECT {function}(%s)", [GUARD_KEY])
+        run = run_housekeeping(grace_seconds=0)
+        assert run.skipped and run.finished_at is not None
+        assert (run.expired_removed, run.spent_removed) == (0, 0)
+        assert remaining() == {token.pk}
+        out = io.StringIO()
+        call_command("housekeep", stdout=out)
+        assert "skipped: another housekeeper is running" in out.getvalue()
+    assert HousekeepingRun.objects.get(pk=run.pk).skipped
+    assert not run_housekeeping(grace_seconds=0).skipped  # the holder has gone
+    assert remaining() == set()
+
+
+def guard_is_free(db_url: str) -> bool:
+    with psycopg.connect(db_url, autocommit=True) as other:
+        return other.execute("SELECT pg_try_advisory_lock(%s)", [GUARD_KEY]).fetchone()[0]
+
+
+def test_the_guard_is_held_between_batches_while_each_delete_commits(db_url):
+    for token in make_tokens(4):
+        make_lock(token, ttl=-60)
+    seen: list[tuple[bool, int]] = []
+    with psycopg.connect(db_url, autocommit=True) as other:
+        def probe(kind: str, removed: int) -> None:
+            taken = other.execute("SELECT pg_try_advisory_lock(%s)", [GUARD_KEY]).fetchone()[0]
+            # Another session already sees this batch's deletes: they were committed.
+            left = other.execute("SELECT count(*) FROM locks_tokenlock").fetchone()[0]
+            seen.append((taken, left))
+
+        run_housekeeping(batch_size=2, grace_seconds=0, progress=probe)
+    assert seen == [(False, 4), (False, 2), (False, 0), (False, 0)]
+
+
+def test_the_guard_is_released_after_a_pass_and_after_a_failure(db_url, monkeypatch):
+    run_housekeeping()
+    assert guard_is_free(db_url)
+    token = make_token()
+    make_lock(token, ttl=-60)
+    monkeypatch.setattr("locks.housekeeping.PASSES", (
+        ("expired", "DELETE FROM locks_tokenlock WHERE expires_at < now() - %(grace)s * "
+                    "interval '1 second' AND %(limit)s > 0"),
+        ("spent", "SELECT no_such_function()"),
+    ))
+    started = HousekeepingRun.objects.count()
+    with pytest.raises(Exception, match="no_such_function"):
+        run_housekeeping(grace_seconds=0)
+    assert guard_is_free(db_url)
+    failed = HousekeepingRun.objects.order_by("-pk")[0]
+    assert HousekeepingRun.objects.count() == started + 1
+    assert failed.finished_at is None and failed.expired_removed == 1  # partial counts kept
+
+
+# -- what is recorded --------------------------------------------------------------------------
+
+def test_counts_are_recorded_exported_and_logged(caplog):
+    caplog.set_level(logging.INFO, logger="locks.housekeeping")
+    spent, expired = make_tokens(2)
+    make_lock(spent, "tx-s", ttl=60)
+    Token.objects.filter(pk=spent.pk).update(spent_by="tx-s",
+                                             spent_at=timezone.now() - timedelta(minutes=1))
+    make_lock(expired, "tx-e", fence=2, ttl=-60)
+    before = {kind: counter(kind) for kind in ("expired", "spent")}
+    started = time.time()
+    run = run_housekeeping(grace_seconds=5)
+    stored = HousekeepingRun.objects.get(pk=run.pk)
+    assert (stored.expired_removed, stored.spent_removed, stored.skipped) == (1, 1, False)
+    assert counter("expired") == before["expired"] + 1
+    assert counter("spent") == before["spent"] + 1
+    assert REGISTRY.get_sample_value("sherdlock_housekeeping_last_run_timestamp") >= started
+    assert "housekeeping removed 1 expired and 1 spent lock(s) in 2 batch(es)" in caplog.text
+
+
+def test_the_task_and_the_command_run_one_pass():
+    from locks.tasks import housekeeping
+
+    make_lock(make_token(), ttl=-60)
+    assert housekeeping.name == "locks.housekeeping" and housekeeping.ignore_result
+    assert housekeeping.expires and housekeeping.expires > 0
+    assert housekeeping.apply().get() == {"expired": 1, "spent": 0, "skipped": False}
+    for token in make_tokens(3):
+        make_lock(token, ttl=-60)
+    out = io.StringIO()
+    call_command("housekeep", "--batch-size", "2", "--grace-seconds", "0", stdout=out)
+    assert "expired: removed 2 (so far 2)" in out.getvalue()
+    assert "removed 3 expired and 0 spent lock(s)" in out.getvalue()
+    assert remaining() == set()
+
+
+def test_the_migration_schedules_the_task_once_and_can_be_reversed(settings):
+    from django.apps import apps
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    settings.SHERDLOCK = {**settings.SHERDLOCK, "HOUSEKEEPING_INTERVAL_SECONDS": 7}
+    migration = importlib.import_module("locks.migrations.0002_housekeeping_schedule")
+    PeriodicTask.objects.filter(name=migration.TASK_NAME).delete()
+    with connection.schema_editor() as editor:
+        migration.create_schedule(apps, editor)
+        migration.create_schedule(apps, editor)  # idempotent
+    task = PeriodicTask.objects.get(name="Lock housekeeping")
+    assert (task.task, task.enabled) == ("locks.housekeeping", True)
+    assert (task.interval.every, task.interval.period) == (7, IntervalSchedule.SECONDS)
+    assert task.expire_seconds == 7 and IntervalSchedule.objects.filter(every=7).count() == 1
+    with connection.schema_editor() as editor:
+        migration.remove_schedule(apps, editor)
+    assert not PeriodicTask.objects.filter(name="Lock housekeeping").exists()
+    assert not IntervalSchedule.objects.filter(pk=task.interval.pk).exists()
+
+
+# -- leases and fencing ------------------------------------------------------------------------
+
+def test_a_stale_holder_whose_tokens_were_taken_over_cannot_spend():
+    (token,) = make_tokens(1, quantity=10)
+    a, _ = select_tokens("tx-a", "alice", "USD", 10)
+    expire("tx-a")
+    replica.reset()  # B runs on another replica: its cache knows nothing of A
+    b, _ = select_tokens("tx-b", "alice", "USD", 10)
+    assert b.token_ids == [token.pk] and b.fence > a.fence
+    with pytest.raises(LeaseLost):
+        spend_selection("tx-a", outputs_for("tx-a", 10))
+    token.refresh_from_db()
+    assert token.spent_at is None and not Token.objects.filter(tx_id="tx-a").exists()
+    lock = TokenLock.objects.get()
+    assert (lock.spender_tx_id, lock.fence) == ("tx-b", b.fence)
+    assert Selection.objects.get(tx_id="tx-a").status == Selection.Status.LOCKED
+    with pytest.raises(LeaseLost):
+        extend_selection("tx-a")
+    release_selection("tx-a")  # the stale holder's release must not free B's token
+    assert TokenLock.objects.get().spender_tx_id == "tx-b"
+    spend_selection("tx-b", outputs_for("tx-b", 10))
+    token.refresh_from_db()
+    assert token.spent_by == "tx-b"
+
+
+def test_extend_renews_up_to_the_cap_then_the_lease_runs_out(lease):
+    lease(30, cap=45)
+    make_tokens(2, quantity=5)
+    selection, _ = select_tokens("tx-a", "alice", "USD", 10)
+    created = Selection.objects.get(pk=selection.pk).created_at
+    renewed = extend_selection("tx-a", seconds=20)
+    assert renewed.expires_at < created + timedelta(seconds=45)
+    capped = extend_selection("tx-a", seconds=300)
+    assert capped.expires_at == created + timedelta(seconds=45)
+    assert set(TokenLock.objects.values_list("expires_at", flat=True)) == {capped.expires_at}
+    expire("tx-a")
+    with pytest.raises(LeaseLost):
+        extend_selection("tx-a")
+
+
+def test_a_lease_that_runs_out_frees_the_tokens_for_others(lease):
+    lease(1)
+    make_tokens(2, quantity=5)
+    a, _ = select_tokens("tx-a", "alice", "USD", 10)
+    with pytest.raises(FundsLocked):
+        select_tokens("tx-b", "alice", "USD", 10)
+    time.sleep(1.3)  # the lease, as the database clock sees it
+    replica.reset()
+    b, _ = select_tokens("tx-b", "alice", "USD", 10)
+    assert sorted(b.token_ids) == sorted(a.token_ids)
+    with pytest.raises(LeaseLost):
+        spend_selection("tx-a", outputs_for("tx-a", 10))
+    assert run_housekeeping(grace_seconds=0).expired_removed == 0  # B's locks are live
+    spend_selection("tx-b", outputs_for("tx-b", 10))
+
+
+def test_selections_whose_locks_were_removed_still_behave():
+    make_tokens(2, quantity=5)
+    select_tokens("tx-gone", "alice", "USD", 5)
+    select_tokens("tx-spent", "alice", "USD", 5)
+    outputs = outputs_for("tx-spent", 5)
+    spend_selection("tx-spent", outputs)
+    expire("tx-gone")
+    Token.objects.filter(spent_by="tx-spent").update(
+        spent_at=timezone.now() - timedelta(minutes=1))
+    run = run_housekeeping(grace_seconds=5)
+    assert (run.expired_removed, run.spent_removed) == (1, 1) and remaining() == set()
+    # The status is left alone: the lease state is derived from the lock rows.
+    assert Selection.objects.get(tx_id="tx-gone").status == Selection.Status.LOCKED
+    with pytest.raises(LeaseLost):
+        spend_selection("tx-gone", outputs_for("tx-gone", 5))
+    with pytest.raises(LeaseLost):
+        extend_selection("tx-gone")
+    assert release_selection("tx-gone")[1] == 0
+    assert spend_selection("tx-spent", outputs) == (Selection.objects.get(tx_id="tx-spent"),
+                                                    False)  # a repeated spend still answers
+    with pytest.raises(AlreadySpent):
+        release_selection("tx-spent")
