@@ -152,6 +152,19 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
+    # API keys first: its challenge makes missing credentials a 401. Sessions serve operators.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "clients.authentication.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["clients.permissions.HasRight"],
+    "EXCEPTION_HANDLER": "config.exceptions.exception_handler",
+}
+
+# Rolling limits on POST /api/v1/selections/ ("N/Ps": N per P seconds; "0" or "off" disables).
+SHERDLOCK_RATE_LIMITS = {
+    "selections_per_key": os.environ.get("SHERDLOCK_RATE_SELECTIONS_PER_KEY", "600/60s"),
+    "selections_per_wallet": os.environ.get("SHERDLOCK_RATE_SELECTIONS_PER_WALLET", "300/60s"),
 }
 
 SPECTACULAR_SETTINGS = {

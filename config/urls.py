@@ -1,11 +1,20 @@
 """URL map: the admin, the REST API under /api/v1/, its schema and docs, health probes."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from config import views
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("api/v1/", include("config.api_urls")),
+    path("healthz", views.Healthz.as_view(), name="healthz"),
+    path("readyz", views.Readyz.as_view(), name="readyz"),
 ]
+
+# JSON errors under /api/, Django's pages elsewhere (used when DEBUG is off).
+handler404 = "config.views.not_found"
+handler500 = "config.views.server_error"

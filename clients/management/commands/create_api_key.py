@@ -1,0 +1,48 @@
+"""Create an API key for some wallets and rights, and print it once."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from clients.models import ApiKey
+from tokens.serializers import is_identifier
+
+
+class Command(BaseCommand):
+    help = ("Create an API key and print it (only its hash is stored: this is the one chance "
+            "to copy it). Rights: --issue, --select; reading is on unless --no-read.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name", help="a label for the key (50 characters max)")
+        parser.add_argument("--wallet", action="append", default=[], dest="wallets",
+                            help="a wallet the key may use; repeat for several")
+        parser.add_argument("--all-wallets", action="store_true",
+                            help="the key may use every wallet")
+        parser.add_argument("--issue", action="store_true", help="may issue tokens")
+        parser.add_argument("--select", action="store_true",
+                            help="may select, spend, release and extend")
+        parser.add_argument("--no-read", action="store_true", help="may not read")
+        parser.add_argument("--expires-in-days", type=float, default=None,
+                            help="expire the key after this many days")
+
+    def handle(self, *args, **options) -> None:
+        name, wallets = options["name"], options["wallets"]
+        if not 0 < len(name) <= 50:
+            raise CommandError("the name must have 1 to 50 characters")
+        if not wallets and not options["all_wallets"]:
+            raise CommandError("give at least one --wallet, or --all-wallets")
+        if bad := [w for w in wallets if not is_identifier(w)]:
+            raise CommandError(f"invalid wallet name(s): {bad!r}")
+        expiry = None
+        if options["expires_in_days"] is not None:
+            expiry = timezone.now() + timedelta(days=options["expires_in_days"])
+        key, raw = ApiKey.objects.create_key(
+            name=name, wallets=sorted(set(wallets)), all_wallets=options["all_wallets"],
+            can_issue=options["issue"], can_select=options["select"],
+            can_read=not options["no_read"], expiry_date=expiry,
+        )
+        self.stderr.write(f"Created API key {key.prefix} ({name}); it is shown only once:")
+        self.stdout.write(raw)

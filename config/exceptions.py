@@ -1,0 +1,156 @@
+"""Translate every API error to one JSON shape: ``{"code", "detail", "fields"}``.
+
+This is the only place that knows how Sherdlock's errors map to HTTP. ``code`` is stable and
+snake_case; ``fields`` maps a field path (``tokens.3.quantity``) to its messages for
+validation errors and is ``{}`` otherwise. Some errors add a key (``available``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import exceptions, serializers, status
+from rest_framework.response import Response
+from rest_framework.views import set_rollback
+
+from locks.errors import SelectionInProgress, SelectionNotFound, ValueNotConserved
+from sherdlock import FundsLocked, InsufficientFunds, InvalidRequest, SherdlockError
+
+# DRF's own codes where they differ from ours.
+DRF_CODES = {
+    exceptions.ValidationError: "invalid",
+    exceptions.ParseError: "malformed_json",
+    exceptions.Throttled: "rate_limited",
+}
+
+
+class ServiceUnavailable(exceptions.APIException):
+    """A dependency (the database) cannot be reached."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "The database is unavailable."
+    default_code = "database_unavailable"
+
+
+class ErrorSerializer(serializers.Serializer):
+    """The body of every error response."""
+
+    code = serializers.CharField(help_text="Stable snake_case error code.")
+    detail = serializers.CharField(help_text="Human-readable explanation.")
+    fields = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        help_text="Validation messages by field path; empty for other errors.",
+    )
+    available = serializers.CharField(
+        required=False, help_text="insufficient_funds, funds_locked: quantity available now.")
+
+
+def error_body(code: str, detail: str, fields: dict | None = None, **extra) -> dict:
+    return {"code": code, "detail": detail, "fields": fields or {}, **extra}
+
+
+def error_responses(*statuses: int, conflicts: str = "") -> dict[int, OpenApiResponse]:
+    """Describe the error responses of an endpoint (``conflicts``: its 409 codes)."""
+    described = {
+        400: "invalid, malformed_json",
+        401: "not_authenticated, authentication_failed",
+        403: "permission_denied",
+        404: "not_found",
+        409: conflicts or "conflict",
+        415: "unsupported_media_type",
+        422: "value_not_conserved",
+        429: "rate_limited (see Retry-After)",
+        503: "database_unavailable",
+    }
+    return {s: OpenApiResponse(ErrorSerializer, description=described[s]) for s in statuses}
+
+
+def flatten(detail: object, prefix: str = "") -> dict[str, list[str]]:
+    """Flatten DRF's nested validation detail into ``{"a.0.b": [messages]}``."""
+    if isinstance(detail, dict):
+        out: dict[str, list[str]] = {}
+        for key, value in detail.items():
+            # A list's own error ("too many items") belongs to the list's path.
+            if key == "non_field_errors" and prefix:
+                out.update(flatten(value, prefix))
+            else:
+                out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    if isinstance(detail, list):
+        if all(not isinstance(item, dict | list) for item in detail):
+            return {prefix or "non_field_errors": [str(item) for item in detail]} if detail else {}
+        out = {}
+        for position, item in enumerate(detail):
+            out.update(flatten(item, f"{prefix}.{position}" if prefix else str(position)))
+        return out
+    return {prefix or "non_field_errors": [str(detail)]}
+
+
+def _summary(fields: dict[str, list[str]]) -> str:
+    if not fields:
+        return "Invalid input."
+    path, messages = next(iter(fields.items()))
+    more = f" (and {len(fields) - 1} more)" if len(fields) > 1 else ""
+    return f"Invalid input: {path}: {messages[0]}{more}"
+
+
+def _retry_after(seconds: float | None) -> str:
+    return str(max(1, math.ceil(seconds or 0)))
+
+
+def sherdlock_response(exc: SherdlockError) -> Response:
+    """Map a domain error to its status and body."""
+    headers: dict[str, str] = {}
+    extra: dict[str, object] = {}
+    code = getattr(exc, "code", None)
+    if isinstance(exc, InsufficientFunds):
+        status_code, code, extra = 409, "insufficient_funds", {"available": str(exc.available)}
+    elif isinstance(exc, FundsLocked):
+        status_code, code = 409, "funds_locked"
+        extra = {"available": str(exc.available)}
+        headers["Retry-After"] = _retry_after(exc.retry_after)
+    elif isinstance(exc, InvalidRequest):
+        status_code, code = 400, "invalid"
+    elif isinstance(exc, ValueNotConserved):
+        status_code = 422
+    elif isinstance(exc, SelectionNotFound):
+        status_code = 404
+    else:
+        status_code = 409
+        if isinstance(exc, SelectionInProgress):
+            headers["Retry-After"] = "1"
+    body = error_body(code or "conflict", str(exc), **extra)
+    return Response(body, status=status_code, headers=headers)
+
+
+def api_exception_response(exc: exceptions.APIException) -> Response:
+    headers: dict[str, str] = {}
+    if getattr(exc, "auth_header", None):
+        headers["WWW-Authenticate"] = exc.auth_header
+    if isinstance(exc, exceptions.Throttled):
+        headers["Retry-After"] = _retry_after(exc.wait)
+    code = next((c for cls, c in DRF_CODES.items() if isinstance(exc, cls)), exc.default_code)
+    if isinstance(exc, exceptions.ValidationError):
+        fields = flatten(exc.detail)
+        return Response(error_body(code, _summary(fields), fields), status=exc.status_code)
+    detail = exc.detail if isinstance(exc.detail, str) else str(exc.default_detail)
+    return Response(error_body(code, str(detail)), status=exc.status_code, headers=headers)
+
+
+def exception_handler(exc: Exception, context: dict) -> Response | None:
+    """Return the JSON error response for ``exc``, or None to let Django answer 500."""
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    if isinstance(exc, SherdlockError):
+        response = sherdlock_response(exc)
+    elif isinstance(exc, exceptions.APIException):
+        response = api_exception_response(exc)
+    else:
+        return None
+    set_rollback()
+    return response

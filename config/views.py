@@ -1,0 +1,97 @@
+"""Views outside the apps: the API root, health probes and JSON error pages for /api/."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import Error as DatabaseError
+from django.db import connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import reverse
+from django.views import defaults
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import permissions, serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from config.exceptions import ServiceUnavailable, error_body, error_responses
+
+logger = logging.getLogger(__name__)
+
+STATUS = inline_serializer("Status", {"status": serializers.CharField()})
+
+
+class Probe(APIView):
+    """A public probe: no authentication, no permissions, no throttling."""
+
+    authentication_classes: list = []
+    permission_classes = [permissions.AllowAny]
+    throttle_classes: list = []
+
+
+class Healthz(Probe):
+    """Report that the process serves requests; touches nothing else."""
+
+    @extend_schema(summary="Liveness", tags=["health"], responses={200: STATUS})
+    def get(self, request):
+        return Response({"status": "ok"})
+
+
+class Readyz(Probe):
+    """Report whether the database answers."""
+
+    @extend_schema(summary="Readiness", tags=["health"],
+                   responses={200: STATUS, **error_responses(503)})
+    def get(self, request):
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+                cursor.fetchone()
+        except DatabaseError as exc:
+            logger.warning("readiness check failed: %s", exc)
+            raise ServiceUnavailable() from exc
+        return Response({"status": "ok"})
+
+
+class ApiRoot(Probe):
+    """List the endpoints of the API."""
+
+    @extend_schema(summary="API root", tags=["health"], responses={200: inline_serializer(
+        "ApiRoot", {"endpoints": serializers.DictField(child=serializers.CharField())})})
+    def get(self, request):
+        def url(name: str, *args: str) -> str:
+            return request.build_absolute_uri(reverse(name, args=args))
+
+        endpoints = {
+            "tokens": url("token-list"),
+            "wallet_balances": url("wallet-balances", "WALLET").replace("WALLET", "{wallet}"),
+            "selections": url("selection-list"),
+            "selection": url("selection-detail", "TX").replace("TX", "{tx_id}"),
+            "spend": url("selection-spend", "TX").replace("TX", "{tx_id}"),
+            "release": url("selection-release", "TX").replace("TX", "{tx_id}"),
+            "extend": url("selection-extend", "TX").replace("TX", "{tx_id}"),
+            "locks": url("lock-list"),
+            "schema": url("schema"),
+            "docs": url("docs"),
+            "healthz": url("healthz"),
+            "readyz": url("readyz"),
+        }
+        return Response({"endpoints": endpoints})
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Answer unknown /api/ paths in the API's error shape; others get Django's page."""
+    if _is_api(request):
+        return JsonResponse(error_body("not_found", "Not found."), status=404)
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """Answer a crash under /api/ in the API's error shape; others get Django's page."""
+    if _is_api(request):
+        return JsonResponse(error_body("server_error", "Internal server error."), status=500)
+    return defaults.server_error(request)

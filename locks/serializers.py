@@ -1,0 +1,150 @@
+"""Wire formats for selections (select, spend, extend) and the lock table."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from locks.models import Selection, TokenLock
+from locks.services import selection_tokens
+from tokens.models import Token
+from tokens.serializers import (
+    MAX_TOKENS_PER_REQUEST,
+    IdentifierField,
+    QuantityField,
+    StrictIntegerField,
+    currency_field,
+    index_field,
+    reject_duplicate_indexes,
+)
+from tokens.services import TokenSpec
+
+MAX_EXTEND_SECONDS = 86400
+
+
+class SelectRequestSerializer(serializers.Serializer):
+    """Lock tokens of ``wallet`` worth at least ``quantity`` of ``currency`` for ``tx_id``."""
+
+    tx_id = IdentifierField(help_text="The spending transaction; names the selection.")
+    wallet = IdentifierField()
+    currency = currency_field()
+    quantity = QuantityField()
+
+    def validate_tx_id(self, tx_id: str) -> str:
+        # The tx_id is a path segment of /selections/{tx_id}/: a "/" would make it unreachable.
+        if "/" in tx_id:
+            raise serializers.ValidationError('Must not contain "/".')
+        return tx_id
+
+
+class SelectedTokenSerializer(serializers.Serializer):
+    """A token held by a selection."""
+
+    tx_id = serializers.CharField()
+    index = serializers.IntegerField()
+    quantity = QuantityField()
+
+
+class SelectionSerializer(serializers.ModelSerializer):
+    """A selection and the tokens it holds (or held)."""
+
+    quantity = QuantityField()
+    total = QuantityField(help_text="Sum of the selected tokens.")
+    change = serializers.SerializerMethodField(help_text="total - quantity.")
+    tokens = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Selection
+        fields = ["tx_id", "wallet", "currency", "quantity", "total", "change", "tokens",
+                  "status", "fence", "created_at", "expires_at", "spent_at", "released_at"]
+        read_only_fields = fields
+
+    @extend_schema_field({"type": "string", "pattern": "^[0-9]+$"})
+    def get_change(self, selection: Selection) -> str:
+        return str(int(selection.total - selection.quantity))
+
+    @extend_schema_field(SelectedTokenSerializer(many=True))
+    def get_tokens(self, selection: Selection) -> list:
+        by_id = self.context.get("tokens_by_id")
+        if by_id is None:
+            tokens = selection_tokens(selection)
+        else:
+            tokens = [by_id[pk] for pk in selection.token_ids if pk in by_id]
+        return SelectedTokenSerializer(tokens, many=True).data
+
+
+def tokens_by_id(selections: list[Selection]) -> dict[int, Token]:
+    """Load the tokens of many selections in one query (for listings)."""
+    ids = {pk for selection in selections for pk in selection.token_ids}
+    return Token.objects.in_bulk(ids)
+
+
+class OutputSerializer(serializers.Serializer):
+    """A token a spend creates, as output ``index`` of the selection's transaction."""
+
+    index = index_field()
+    wallet = IdentifierField(help_text="Any wallet: outputs pay others or give change.")
+    currency = currency_field()
+    quantity = QuantityField()
+
+
+class SpendSerializer(serializers.Serializer):
+    """The outputs of the spending transaction; they must add up to the selection's total."""
+
+    outputs = OutputSerializer(many=True, max_length=MAX_TOKENS_PER_REQUEST)
+
+    def validate_outputs(self, outputs: list[dict]) -> list[dict]:
+        reject_duplicate_indexes(outputs, ("index",), "output index")
+        return outputs
+
+    def specs(self, tx_id: str) -> list[TokenSpec]:
+        return [TokenSpec(tx_id=tx_id, **output) for output in self.validated_data["outputs"]]
+
+
+class OutputTokenSerializer(serializers.Serializer):
+    """A token created by a spend."""
+
+    tx_id = serializers.CharField()
+    index = serializers.IntegerField()
+    wallet = serializers.CharField()
+    currency = serializers.CharField()
+    quantity = QuantityField()
+
+
+class SpendResultSerializer(SelectionSerializer):
+    """A spent selection and the outputs its spend created."""
+
+    outputs = serializers.SerializerMethodField()
+
+    class Meta(SelectionSerializer.Meta):
+        fields = [*SelectionSerializer.Meta.fields, "outputs"]
+        read_only_fields = fields
+
+    @extend_schema_field(OutputTokenSerializer(many=True))
+    def get_outputs(self, selection: Selection) -> list:
+        outputs = Token.objects.filter(tx_id=selection.tx_id).order_by("index")
+        return OutputTokenSerializer(outputs, many=True).data
+
+
+class ExtendSerializer(serializers.Serializer):
+    """How long to extend the lease by; the service caps it at the selection's maximum."""
+
+    seconds = StrictIntegerField(
+        required=False, min_value=1, max_value=MAX_EXTEND_SECONDS,
+        help_text="Lease length from now, in seconds; default: the configured lease.")
+
+
+class LockSerializer(serializers.ModelSerializer):
+    """A row of the lock table with its token."""
+
+    token = serializers.CharField(source="token.__str__", help_text="tx_id:index")
+    wallet = serializers.CharField(source="token.wallet")
+    currency = serializers.CharField(source="token.currency")
+    quantity = QuantityField(source="token.quantity")
+    state = serializers.ChoiceField(choices=["live", "expired"], read_only=True)
+
+    class Meta:
+        model = TokenLock
+        fields = ["token", "wallet", "currency", "quantity", "spender_tx_id", "fence",
+                  "created_at", "expires_at", "state"]
+        read_only_fields = fields

@@ -1,0 +1,210 @@
+"""Selection endpoints (select, read, spend, release, extend) and the lock table listing."""
+
+from __future__ import annotations
+
+from django.db.models import Case, Value, When
+from django.db.models.functions import Now
+from django.urls import reverse
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import generics, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from clients.permissions import SELECT, check_wallets, may_use, scope_queryset
+from clients.throttling import SelectionsPerKeyThrottle, SelectionsPerWalletThrottle
+from config.exceptions import error_responses
+from locks.errors import SelectionNotFound
+from locks.filters import LockFilter, SelectionFilter
+from locks.models import Selection, TokenLock
+from locks.serializers import (
+    ExtendSerializer,
+    LockSerializer,
+    SelectionSerializer,
+    SelectRequestSerializer,
+    SpendResultSerializer,
+    SpendSerializer,
+    tokens_by_id,
+)
+from locks.services import (
+    extend_selection,
+    get_selection,
+    release_selection,
+    select_tokens,
+    spend_selection,
+)
+from tokens.serializers import is_identifier
+from tokens.views import IdCursorPagination
+
+TX_ID = OpenApiParameter("tx_id", str, OpenApiParameter.PATH,
+                         description="The spending transaction that owns the selection.")
+
+
+def visible_selection(request, tx_id: str) -> Selection:
+    """Return the selection of ``tx_id`` if the caller may see it; otherwise 404.
+
+    A selection in a wallet outside the key's scope is reported missing, not forbidden, so
+    keys cannot probe which transactions other clients run.
+    """
+    if is_identifier(tx_id):
+        selection = get_selection(tx_id)
+        if may_use(request, selection.wallet):
+            return selection
+    raise SelectionNotFound(f"no selection for transaction {tx_id}")
+
+
+class SelectionListCreate(generics.ListAPIView):
+    """List selections (GET) or select and lock tokens for a transaction (POST)."""
+
+    rights = {"POST": SELECT}
+    serializer_class = SelectionSerializer
+    filterset_class = SelectionFilter
+    pagination_class = IdCursorPagination
+
+    def get_queryset(self):
+        return scope_queryset(self.request, Selection.objects.all())
+
+    def get_throttles(self):
+        # Only selecting costs lock-table work worth limiting; reads are not throttled.
+        if self.request.method == "POST":
+            return [SelectionsPerKeyThrottle(), SelectionsPerWalletThrottle()]
+        return []
+
+    def get_serializer_context(self):
+        context = super().get_serializer_context()
+        if getattr(self, "page", None) is not None:
+            context["tokens_by_id"] = tokens_by_id(self.page)
+        return context
+
+    def paginate_queryset(self, queryset):
+        self.page = super().paginate_queryset(queryset)
+        return self.page
+
+    @extend_schema(
+        summary="List selections", tags=["selections"],
+        description="Without a wallet filter, only the wallets of the API key are listed.",
+        responses={200: SelectionSerializer(many=True), **error_responses(400, 401, 403, 404)},
+    )
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(
+        summary="Select tokens",
+        description=(
+            "Lock tokens worth at least `quantity` for `tx_id`. 201 with the selection; an "
+            "identical repeat answers 200 with the same body. 409 codes: tx_id_conflict (same "
+            "tx_id, other terms), insufficient_funds (with `available`), funds_locked (other "
+            "transactions hold the funds; see Retry-After). 429 rate_limited per key or wallet."),
+        request=SelectRequestSerializer, tags=["selections"],
+        responses={201: SelectionSerializer, 200: SelectionSerializer,
+                   **error_responses(400, 401, 403, 409, 415, 429, conflicts=(
+                       "tx_id_conflict, insufficient_funds, funds_locked"))},
+    )
+    def post(self, request):
+        serializer = SelectRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        check_wallets(request, [serializer.validated_data["wallet"]])
+        selection, created = select_tokens(**serializer.validated_data)
+        body = SelectionSerializer(selection).data
+        if not created:
+            return Response(body)
+        location = reverse("selection-detail", args=[selection.tx_id])
+        return Response(body, status=status.HTTP_201_CREATED, headers={"Location": location})
+
+
+class SelectionDetail(APIView):
+    """Read one selection."""
+
+    @extend_schema(summary="Get a selection", parameters=[TX_ID], tags=["selections"],
+                   responses={200: SelectionSerializer, **error_responses(401, 403, 404)})
+    def get(self, request, tx_id: str):
+        return Response(SelectionSerializer(visible_selection(request, tx_id)).data)
+
+
+class SelectionSpend(APIView):
+    """Spend a selection: mark its tokens spent and create the outputs, atomically."""
+
+    rights = {"POST": SELECT}
+
+    @extend_schema(
+        summary="Spend a selection",
+        description=(
+            "One transaction: the inputs are marked spent and the outputs created as tokens "
+            "`tx_id:index`. Outputs must sum exactly to the selection's total in its currency "
+            "(422 value_not_conserved); they may pay any wallet. Repeating the same spend "
+            "answers 200 without a second effect. 409 codes: lease_lost, not_locked (released),"
+            " already_spent (spent with other outputs), output_conflict."),
+        parameters=[TX_ID], request=SpendSerializer, tags=["selections"],
+        responses={200: SpendResultSerializer,
+                   **error_responses(400, 401, 403, 404, 409, 415, 422, conflicts=(
+                       "lease_lost, not_locked, already_spent, output_conflict"))},
+    )
+    def post(self, request, tx_id: str):
+        selection = visible_selection(request, tx_id)
+        serializer = SpendSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        selection, _ = spend_selection(selection.tx_id, serializer.specs(selection.tx_id))
+        return Response(SpendResultSerializer(selection).data)
+
+
+class SelectionRelease(APIView):
+    """Release a selection's locks; repeating it is harmless."""
+
+    rights = {"POST": SELECT}
+
+    @extend_schema(
+        summary="Release a selection",
+        description="Idempotent. 409 already_spent once the selection was spent.",
+        parameters=[TX_ID], request=None, tags=["selections"],
+        responses={200: SelectionSerializer,
+                   **error_responses(401, 403, 404, 409, conflicts="already_spent")},
+    )
+    def post(self, request, tx_id: str):
+        selection, _ = release_selection(visible_selection(request, tx_id).tx_id)
+        return Response(SelectionSerializer(selection).data)
+
+
+class SelectionExtend(APIView):
+    """Renew the lease of a selection's locks."""
+
+    rights = {"POST": SELECT}
+
+    @extend_schema(
+        summary="Extend a selection's lease",
+        description=(
+            "Renew every lock for `seconds` (default: the configured lease), capped at the "
+            "selection's maximum lifetime. 409 codes: lease_lost, not_locked, already_spent."),
+        parameters=[TX_ID], request=ExtendSerializer, tags=["selections"],
+        responses={200: SelectionSerializer, **error_responses(
+            400, 401, 403, 404, 409, 415, conflicts="lease_lost, not_locked, already_spent")},
+    )
+    def post(self, request, tx_id: str):
+        selection = visible_selection(request, tx_id)
+        serializer = ExtendSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        selection = extend_selection(selection.tx_id, serializer.validated_data.get("seconds"))
+        return Response(SelectionSerializer(selection).data)
+
+
+class LockPagination(IdCursorPagination):
+    ordering = "-pk"
+
+
+class LockList(generics.ListAPIView):
+    """List the lock table joined with its tokens."""
+
+    serializer_class = LockSerializer
+    filterset_class = LockFilter
+    pagination_class = LockPagination
+
+    def get_queryset(self):
+        locks = TokenLock.objects.select_related("token").annotate(
+            state=Case(When(expires_at__gt=Now(), then=Value("live")), default=Value("expired")))
+        return scope_queryset(self.request, locks, field="token__wallet")
+
+    @extend_schema(
+        summary="List locks", tags=["locks"],
+        description="Without a wallet filter, only the wallets of the API key are listed.",
+        responses={200: LockSerializer(many=True), **error_responses(400, 401, 403, 404)},
+    )
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)

@@ -1,0 +1,118 @@
+"""Rolling rate limits on POST /api/v1/selections/, per API key and per wallet."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db.models import F
+
+from clients.models import RateBucket
+from clients.throttling import Rate, consume, parse_rate
+from tests.integration.api.conftest import counts, issue, select, token
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("text, rate", [
+    ("600/60s", Rate(600, 60.0)), ("10/1m", Rate(10, 60.0)), ("5/h", Rate(5, 3600.0)),
+    ("3/0.5s", Rate(3, 0.5)), ("1/2d", Rate(1, 172800.0)), (" 8 / 4 ", Rate(8, 4.0)),
+])
+def test_parse_rate(text, rate):
+    assert parse_rate(text) == rate
+
+
+@pytest.mark.parametrize("text", [None, "", "0", "0/60s", "off", "none"])
+def test_a_zero_or_missing_limit_disables(text):
+    assert parse_rate(text) is None
+
+
+@pytest.mark.parametrize("text", ["fast", "7", "10/60x", "-1/60s", "10/0s", "1.5/60s"])
+def test_a_malformed_limit_is_an_error(text):
+    with pytest.raises(ValueError):
+        parse_rate(text)
+
+
+def backdate(key: str, seconds: float) -> None:
+    RateBucket.objects.filter(key=key).update(updated_at=F("updated_at") - timedelta(
+        seconds=seconds))
+
+
+def test_a_bucket_replenishes_continuously():
+    rate = Rate(4, 60.0)  # one unit every 15 s
+    assert [consume("k", rate)[0] for _ in range(5)] == [True, True, True, True, False]
+    allowed, wait = consume("k", rate)
+    assert not allowed and 14 < wait <= 15
+    backdate("k", 16)
+    assert consume("k", rate)[0] is True
+    assert consume("k", rate)[0] is False  # only one unit came back
+    backdate("k", 600)
+    assert [consume("k", rate)[0] for _ in range(5)] == [True, True, True, True, False]
+
+
+@pytest.fixture
+def limited(settings):
+    settings.SHERDLOCK_RATE_LIMITS = {"selections_per_key": "3/60s",
+                                      "selections_per_wallet": "0"}
+    return settings
+
+
+def test_selections_over_the_key_limit_are_429_with_retry_after(api, limited):
+    issue(api, *[token("m", i, quantity="1") for i in range(10)])
+    for i in range(3):
+        select(api, f"tx-{i}", "1")
+    before = counts()
+    response = select(api, "tx-3", "1", expect=429)
+    assert response.json()["code"] == "rate_limited"
+    assert response["Retry-After"] == "20"  # one unit per 60/3 s
+    assert counts() == before
+    (bucket,) = RateBucket.objects.filter(key__startswith="selections_per_key:")
+    backdate(bucket.key, 20)
+    select(api, "tx-3", "1")
+    assert select(api, "tx-4", "1", expect=429)["Retry-After"] == "20"
+
+
+def test_reads_and_other_writes_are_not_limited(api, limited):
+    issue(api, *[token("m", i, quantity="1") for i in range(4)])
+    for i in range(3):
+        select(api, f"tx-{i}", "1")
+    assert api.get("/api/v1/selections/").status_code == 200
+    assert api.get("/api/v1/selections/tx-0/").status_code == 200
+    assert api.post("/api/v1/selections/tx-0/release/").status_code == 200
+    assert api.post("/api/v1/selections/tx-1/extend/").status_code == 200
+    select(api, "tx-3", "1", expect=429)  # the selection bucket itself is empty
+
+
+def test_the_wallet_limit_holds_across_keys(make_key, client_for, settings):
+    settings.SHERDLOCK_RATE_LIMITS = {"selections_per_key": "0",
+                                      "selections_per_wallet": "2/10s"}
+    first, second = (client_for(make_key(name=n)[1]) for n in ("one", "two"))
+    issue(first, *[token("m", i, quantity="1") for i in range(5)])
+    select(first, "tx-1", "1")
+    select(second, "tx-2", "1")
+    response = select(second, "tx-3", "1", expect=429)
+    assert response["Retry-After"] == "5"
+    assert select(first, "tx-4", "1", wallet="bob", expect=None).status_code != 429
+    backdate("selections_per_wallet:alice", 5)
+    select(first, "tx-3", "1")
+
+
+def test_a_key_cannot_drain_the_bucket_of_a_wallet_outside_its_scope(make_key, client_for,
+                                                                     settings):
+    settings.SHERDLOCK_RATE_LIMITS = {"selections_per_key": "0",
+                                      "selections_per_wallet": "1/60s"}
+    outsider = client_for(make_key(wallets=["mallory"], name="m")[1])
+    for i in range(3):
+        assert select(outsider, f"x-{i}", "1", expect=403).json()["code"] == "permission_denied"
+    assert not RateBucket.objects.filter(key="selections_per_wallet:alice").exists()
+    owner = client_for(make_key(name="owner")[1])
+    issue(owner, token("m", 0, quantity="1"))
+    select(owner, "tx", "1")
+
+
+def test_limits_off_lets_everything_through(api, settings):
+    settings.SHERDLOCK_RATE_LIMITS = {"selections_per_key": None, "selections_per_wallet": "0"}
+    issue(api, *[token("m", i, quantity="1") for i in range(5)])
+    for i in range(5):
+        select(api, f"tx-{i}", "1")
+    assert not RateBucket.objects.exists()

@@ -1,0 +1,26 @@
+"""Query-string filters of the token listing."""
+
+from __future__ import annotations
+
+import django_filters
+from django.db.models import QuerySet
+
+from tokens.models import CURRENCY_MAX_LENGTH, ID_MAX_LENGTH, Token
+
+BOOLEAN_CHOICES = [("true", "true"), ("false", "false")]
+
+
+class TokenFilter(django_filters.FilterSet):
+    """Filter by wallet, currency and whether the token is spent."""
+
+    wallet = django_filters.CharFilter(max_length=ID_MAX_LENGTH)
+    currency = django_filters.CharFilter(max_length=CURRENCY_MAX_LENGTH)
+    # A choice (not BooleanFilter) so that "spent=maybe" is an error rather than ignored.
+    spent = django_filters.ChoiceFilter(choices=BOOLEAN_CHOICES, method="filter_spent")
+
+    class Meta:
+        model = Token
+        fields = ["wallet", "currency", "spent"]
+
+    def filter_spent(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return queryset.spent() if value == "true" else queryset.unspent()

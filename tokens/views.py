@@ -1,0 +1,93 @@
+"""Token endpoints: issue, list, wallet balances."""
+
+from __future__ import annotations
+
+from django.http import Http404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import generics, pagination, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from clients.permissions import ISSUE, check_wallets, scope_queryset
+from config.exceptions import error_responses
+from tokens.filters import TokenFilter
+from tokens.models import CURRENCY_MAX_LENGTH, Token
+from tokens.serializers import (
+    IssueResultSerializer,
+    IssueSerializer,
+    TokenSerializer,
+    WalletBalancesSerializer,
+    is_identifier,
+)
+from tokens.services import balances, issue_tokens
+
+
+class IdCursorPagination(pagination.CursorPagination):
+    """Page newest first by id: stable under concurrent inserts, no COUNT(*)."""
+
+    ordering = "-id"
+    page_size = 100
+    page_size_query_param = "page_size"
+    max_page_size = 1000
+
+
+class TokenListCreate(generics.ListAPIView):
+    """List tokens (GET) or issue new ones (POST)."""
+
+    rights = {"POST": ISSUE}
+    serializer_class = TokenSerializer
+    filterset_class = TokenFilter
+    pagination_class = IdCursorPagination
+
+    def get_queryset(self):
+        return scope_queryset(self.request, Token.objects.all())
+
+    @extend_schema(
+        summary="List tokens", tags=["tokens"],
+        description="Without a wallet filter, only the wallets of the API key are listed.",
+        responses={200: TokenSerializer(many=True), **error_responses(400, 401, 403, 404)},
+    )
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(
+        summary="Issue tokens", tags=["tokens"],
+        description=(
+            "Create 1..1000 tokens in one transaction. Re-sending an identical token is a "
+            "no-op; 201 when anything was new, 200 otherwise. A known identity with different "
+            "content is a 409 token_conflict and nothing is written."),
+        request=IssueSerializer,
+        responses={201: IssueResultSerializer, 200: IssueResultSerializer,
+                   **error_responses(400, 401, 403, 409, 415, conflicts="token_conflict")},
+    )
+    def post(self, request):
+        serializer = IssueSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        specs = serializer.specs()
+        check_wallets(request, {spec.wallet for spec in specs})
+        tokens, created = issue_tokens(specs)
+        body = IssueResultSerializer({"created": created, "tokens": tokens}).data
+        return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class WalletBalances(APIView):
+    """Report a wallet's unspent, locked and available quantities per currency."""
+
+    @extend_schema(
+        summary="Wallet balances", tags=["tokens"],
+        parameters=[
+            OpenApiParameter("wallet", str, OpenApiParameter.PATH),
+            OpenApiParameter("currency", str, description="Only this currency."),
+        ],
+        responses={200: WalletBalancesSerializer, **error_responses(400, 401, 403, 404)},
+    )
+    def get(self, request, wallet: str):
+        if not is_identifier(wallet):
+            raise Http404
+        check_wallets(request, [wallet])
+        currency = request.query_params.get("currency") or None
+        if currency is not None and not is_identifier(currency, CURRENCY_MAX_LENGTH):
+            raise ValidationError({"currency": ["Not a valid currency."]})
+        rows = balances(wallet, currency)
+        return Response(WalletBalancesSerializer({"wallet": wallet, "balances": rows}).data)
