@@ -189,6 +189,8 @@ SHERDLOCK = {
     "HOUSEKEEPING_MAX_BATCHES": int(os.environ.get("SHERDLOCK_HOUSEKEEPING_MAX_BATCHES", 100)),
     "HOUSEKEEPING_GRACE_SECONDS": float(
         os.environ.get("SHERDLOCK_HOUSEKEEPING_GRACE_SECONDS", 5)),
+    # Days of housekeeping runs and failed selections (dashboard history) to keep.
+    "HOUSEKEEPING_HISTORY_DAYS": float(os.environ.get("SHERDLOCK_HOUSEKEEPING_HISTORY_DAYS", 7)),
     # Whole seconds: beat's IntervalSchedule counts in integers.
     "HOUSEKEEPING_INTERVAL_SECONDS": int(
         os.environ.get("SHERDLOCK_HOUSEKEEPING_INTERVAL_SECONDS", 10)),

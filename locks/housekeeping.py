@@ -61,6 +61,19 @@ WHERE token_id IN (
 AND expires_at <= now() - %(grace)s * interval '1 second'
 """
 
+# The run log and the dashboard's failed-selection log are history, not state: keep
+# HOUSEKEEPING_HISTORY_DAYS of each, removed in the same bounded batches.
+PRUNE_RUNS = """
+DELETE FROM locks_housekeepingrun WHERE id IN (
+    SELECT id FROM locks_housekeepingrun
+    WHERE started_at < now() - %(days)s * interval '1 day' LIMIT %(limit)s)
+"""
+PRUNE_FAILED_SELECTIONS = """
+DELETE FROM locks_failedselection WHERE id IN (
+    SELECT id FROM locks_failedselection
+    WHERE created_at < now() - %(days)s * interval '1 day' LIMIT %(limit)s)
+"""
+
 # Spent first, so that a spent token's lock is counted as "spent" even when its lease has also
 # run out by the time housekeeping gets to it.
 PASSES = (("spent", DELETE_SPENT), ("expired", DELETE_EXPIRED))
@@ -98,6 +111,16 @@ def _release_guard(connection) -> None:
         return
     if not released:
         logger.warning("the housekeeping guard was no longer held when released")
+
+
+def _prune_history(connection, batch_size: int, max_batches: int) -> None:
+    days = float(settings.SHERDLOCK["HOUSEKEEPING_HISTORY_DAYS"])
+    for statement in (PRUNE_RUNS, PRUNE_FAILED_SELECTIONS):
+        for _ in range(max_batches):
+            with connection.cursor() as cursor:
+                cursor.execute(statement, {"days": days, "limit": batch_size})
+                if cursor.rowcount < batch_size:
+                    break
 
 
 def _settings(batch_size, max_batches, grace_seconds) -> tuple[int, int, float]:
@@ -156,6 +179,7 @@ def run_housekeeping(
                     progress(kind, count)
                 if count < batch_size:  # nothing left that is not being worked on
                     break
+        _prune_history(connection, batch_size, max_batches)
         completed = True
     finally:
         try:

@@ -113,7 +113,8 @@ def test_each_statement_removes_at_most_a_batch():
         run = run_housekeeping(batch_size=2, max_batches=10, grace_seconds=0,
                                progress=lambda kind, n: batches.append((kind, n)))
     assert [n for kind, n in batches if kind == "expired"] == [2, 2, 1]
-    deletes = [q["sql"] for q in queries if q["sql"].lstrip().startswith("DELETE")]
+    deletes = [q["sql"] for q in queries
+               if q["sql"].lstrip().startswith("DELETE FROM locks_tokenlock")]
     assert len(deletes) == 4  # one spent batch (empty) and three expired ones
     assert all("LIMIT 2" in sql for sql in deletes)
     assert run.expired_removed == 5 and remaining() == set()
@@ -329,3 +330,20 @@ def test_selections_whose_locks_were_removed_still_behave():
                                                     False)  # a repeated spend still answers
     with pytest.raises(AlreadySpent):
         release_selection("tx-spent")
+
+
+def test_history_older_than_the_retention_is_pruned(settings):
+    from locks.models import FailedSelection
+
+    settings.SHERDLOCK = {**settings.SHERDLOCK, "HOUSEKEEPING_HISTORY_DAYS": 7}
+    old = timezone.now() - timedelta(days=8)
+    recent = timezone.now() - timedelta(days=6)
+    for started in (old, old, recent):
+        HousekeepingRun.objects.create(started_at=started, finished_at=started)
+    for created in (old, recent):
+        FailedSelection.objects.create(created_at=created, tx_id="t", wallet="w", currency="USD",
+                                       quantity=1, outcome="funds_locked")
+    run_housekeeping(batch_size=1)
+    kept = HousekeepingRun.objects.exclude(pk=HousekeepingRun.objects.latest("started_at").pk)
+    assert [r.started_at for r in kept] == [recent]
+    assert list(FailedSelection.objects.values_list("created_at", flat=True)) == [recent]
