@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test test-slow lint bench superuser seed clean help
+.PHONY: run test test-slow lint bench superuser seed clean help browser
 
 help:
 	@echo "make run        serve web + Celery worker + beat (embedded PostgreSQL and broker by default)"
@@ -14,6 +14,7 @@ help:
 	@echo "make bench      benchmarks with baselines; report under bench/results/"
 	@echo "make superuser  create an operator login for the admin"
 	@echo "make seed       load demo tokens (10 wallets x 1000 tokens)"
+	@echo "make browser    install Debian's chromium for the browser tests (apt-get)"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (set PYTHON=python3.11)")'
@@ -22,10 +23,22 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The browser tests drive Debian's Chromium (Playwright's own browser download is not used).
+CHROMIUM := /usr/bin/chromium
+
+browser: $(CHROMIUM)
+
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ]; then sudo=; \
+	elif command -v sudo >/dev/null 2>&1; then sudo=sudo; \
+	else echo "$(CHROMIUM) is missing and installing it needs root: apt-get install chromium" >&2; exit 1; fi; \
+	$$sudo apt-get update -q && \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium
+
 run: $(STAMP)
 	$(PY) -m config.serve
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(PY) -m ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
 

@@ -5,8 +5,11 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config import views
+from locks.admin_views import dashboard_view
 
 urlpatterns = [
+    # Before admin/ so the admin's catch-all never sees it; admin_view requires a staff login.
+    path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="admin-dashboard"),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),

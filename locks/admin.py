@@ -1,11 +1,331 @@
-from django.contrib import admin
+"""Operator admin for the lock table, selections and the audit trail; read-only by permission."""
 
-from locks.models import TokenLock
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
+from django.db import DatabaseError
+from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models.functions import Now
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+
+from locks.admin_views import force_release_view
+from locks.models import FailedSelection, HousekeepingRun, LockAudit, Selection, TokenLock
+from locks.pagination import EstimatedCountPaginator
+from locks.services import release_selection
+from sherdlock import SherdlockError
+from tokens.admin import CurrencyFilter, token_identity_q, wallet_q
+from tokens.models import Token
+
+TOKENS_SHOWN = 5
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows written by the system only: operators may view, never add, edit or delete."""
+
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class InputFilter(admin.SimpleListFilter):
+    """A free-text filter: a box instead of one link per distinct value."""
+
+    template = "admin/input_filter.html"
+
+    def lookups(self, request, model_admin):
+        return [("", "")]  # one placeholder so the filter is rendered
+
+    def choices(self, changelist):
+        # The form submits only this box: carry every other parameter along as hidden inputs.
+        yield {
+            "value": self.value() or "",
+            "hidden": [(k, v) for k, v in changelist.params.items()
+                       if k != self.parameter_name],
+            "clear_url": changelist.get_query_string(remove=[self.parameter_name]),
+        }
+
+
+class LockWalletFilter(InputFilter):
+    title = "wallet"
+    parameter_name = "wallet"
+
+    def queryset(self, request, queryset):
+        if self.value():
+            return queryset.filter(wallet_q(self.value().strip(), prefix="token__"))
+        return queryset
+
+
+class LockCurrencyFilter(CurrencyFilter):
+    field = "token__currency"
+
+
+class LockStateFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):
+        return [("live", "live"), ("expired", "expired"), ("spent", "token spent")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "live":
+            return queryset.filter(expires_at__gt=Now(), token__spent_at__isnull=True)
+        if self.value() == "expired":
+            return queryset.filter(expires_at__lte=Now(), token__spent_at__isnull=True)
+        if self.value() == "spent":
+            return queryset.filter(token__spent_by__isnull=False)
+        return queryset
+
+
+AGE_BUCKETS = {
+    "10s": ("under 10 s", None, timedelta(seconds=10)),
+    "1m": ("10 s to 1 min", timedelta(seconds=10), timedelta(minutes=1)),
+    "10m": ("1 to 10 min", timedelta(minutes=1), timedelta(minutes=10)),
+    "old": ("over 10 min", timedelta(minutes=10), None),
+}
+
+
+class AgeFilter(admin.SimpleListFilter):
+    title = "age"
+    parameter_name = "age"
+
+    def lookups(self, request, model_admin):
+        return [(key, label) for key, (label, _, _) in AGE_BUCKETS.items()]
+
+    def queryset(self, request, queryset):
+        if self.value() not in AGE_BUCKETS:
+            return queryset
+        _, youngest, oldest = AGE_BUCKETS[self.value()]
+        if youngest is not None:
+            queryset = queryset.filter(created_at__lte=Now() - youngest)
+        if oldest is not None:
+            queryset = queryset.filter(created_at__gt=Now() - oldest)
+        return queryset
+
+
+def token_link(token: Token) -> str:
+    """Link to the token's admin page, labelled tx_id:index."""
+    return format_html('<a href="{}">{}</a>',
+                       reverse("admin:tokens_token_change", args=[token.pk]), token)
+
+
+def lock_state(lock: TokenLock) -> str:
+    """Return "live", "expired" or "token spent"."""
+    if lock.token.spent_at is not None:
+        return "token spent"
+    return "expired" if lock.is_expired else "live"
 
 
 @admin.register(TokenLock)
-class TokenLockAdmin(admin.ModelAdmin):
-    list_display = ["token", "spender_tx_id", "fence", "created_at", "expires_at"]
-    search_fields = ["=spender_tx_id"]
+class TokenLockAdmin(ReadOnlyAdmin):
+    list_display = ["token_display", "wallet", "currency", "quantity", "spender_tx_id", "fence",
+                    "created_at", "expires_at", "age", "state"]
+    list_filter = [LockStateFilter, LockCurrencyFilter, LockWalletFilter, AgeFilter]
     list_select_related = ["token"]
-    show_full_result_count = False
+    fields = ["token", "spender_tx_id", "fence", "created_at", "expires_at", "age", "state"]
+    readonly_fields = ["age", "state"]
+    ordering = ["created_at"]  # oldest first: the ones an operator is looking for
+    search_fields = ["token__tx_id", "spender_tx_id", "token__wallet"]  # exact, see below
+    search_help_text = "Exact token tx id (or tx_id:index), spender tx id, or wallet."
+    actions = ["force_release"]
+
+    def has_release_permission(self, request):
+        return request.user.has_perm("locks.delete_tokenlock")
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        # One IN over a UNION, not an OR: each branch is served by its own index and the
+        # lock rows are then fetched by primary key, instead of scanning the lock table.
+        held = TokenLock.objects.filter(spender_tx_id=term).values("token_id")
+        tokens = Token.objects.filter(token_identity_q(term) | wallet_q(term)).values("pk")
+        return queryset.filter(token_id__in=held.union(tokens)), False
+
+    @admin.display(description="token", ordering="token_id")
+    def token_display(self, lock: TokenLock) -> str:
+        return token_link(lock.token)
+
+    @admin.display(description="wallet")
+    def wallet(self, lock: TokenLock) -> str:
+        return lock.token.wallet
+
+    @admin.display(description="currency")
+    def currency(self, lock: TokenLock) -> str:
+        return lock.token.currency
+
+    @admin.display(description="quantity")
+    def quantity(self, lock: TokenLock):
+        return lock.token.quantity
+
+    @admin.display(description="age", ordering="-created_at")
+    def age(self, lock: TokenLock) -> str:
+        seconds = int((timezone.now() - lock.created_at).total_seconds())
+        minutes, seconds = divmod(max(seconds, 0), 60)
+        hours, minutes = divmod(minutes, 60)
+        return f"{hours}h {minutes:02d}m {seconds:02d}s" if hours else f"{minutes}m {seconds:02d}s"
+
+    @admin.display(description="state")
+    def state(self, lock: TokenLock) -> str:
+        return lock_state(lock)
+
+    @admin.action(description="Force release selected locks", permissions=["release"])
+    def force_release(self, request, queryset):
+        return force_release_view(self, request, queryset)
+
+
+class LeaseFilter(admin.SimpleListFilter):
+    title = "lease"
+    parameter_name = "lease"
+
+    def lookups(self, request, model_admin):
+        return [("live", "live"), ("expired", "expired"), ("spent", "spent"),
+                ("released", "released")]
+
+    def queryset(self, request, queryset):
+        locked = Q(status=Selection.Status.LOCKED)
+        if self.value() == "live":
+            return queryset.filter(locked, expires_at__gt=Now())
+        if self.value() == "expired":
+            return queryset.filter(locked & (Q(expires_at__lte=Now())
+                                             | Q(expires_at__isnull=True)))
+        if self.value() in ("spent", "released"):
+            return queryset.filter(status=self.value())
+        return queryset
+
+
+class SelectionChangeList(ChangeList):
+    """Attach the first tokens of every selection on the page, loaded in one query."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        wanted = {pk for s in self.result_list for pk in s.token_ids[:TOKENS_SHOWN]}
+        tokens = Token.objects.in_bulk(wanted)
+        for selection in self.result_list:
+            selection.shown_tokens = [tokens[pk] for pk in selection.token_ids[:TOKENS_SHOWN]
+                                      if pk in tokens]
+
+
+def lease_state(selection: Selection) -> str:
+    """Return "live", "expired", "spent" or "released"."""
+    if selection.status != Selection.Status.LOCKED:
+        return selection.status
+    live = selection.expires_at is not None and selection.expires_at > timezone.now()
+    return "live" if live else "expired"
+
+
+@admin.register(Selection)
+class SelectionAdmin(ReadOnlyAdmin):
+    list_display = ["tx_id", "wallet", "currency", "quantity", "total", "tokens", "locks_held",
+                    "lease", "created_at", "expires_at"]
+    list_filter = [LeaseFilter, CurrencyFilter]
+    ordering = ["-created_at"]
+    search_fields = ["tx_id", "wallet"]  # exact, see below
+    search_help_text = "Exact transaction id or wallet."
+    actions = ["release"]
+    readonly_fields = ["tokens"]
+
+    def get_changelist(self, request, **kwargs):
+        return SelectionChangeList
+
+    def get_queryset(self, request):
+        held = (TokenLock.objects.filter(spender_tx_id=OuterRef("tx_id"), fence=OuterRef("fence"))
+                .order_by().values("spender_tx_id").annotate(n=Count("pk")).values("n"))
+        return super().get_queryset(request).annotate(held=Subquery(held))
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        return queryset.filter(Q(tx_id=term) | Q(wallet=term)), False
+
+    def has_release_permission(self, request):
+        return request.user.has_perm("locks.change_selection")
+
+    @admin.display(description="tokens")
+    def tokens(self, selection: Selection) -> str:
+        shown = getattr(selection, "shown_tokens", None)
+        if shown is None:  # the change page: a single object
+            shown = list(Token.objects.filter(pk__in=selection.token_ids).order_by("pk"))
+        more = len(selection.token_ids) - len(shown)
+        links = format_html_join(", ", "{}", ((token_link(token),) for token in shown))
+        return format_html("{}{}", links, f" and {more} more" if more > 0 else "")
+
+    @admin.display(description="locks held")
+    def locks_held(self, selection: Selection) -> str:
+        return f"{selection.held or 0} / {len(selection.token_ids)}"
+
+    @admin.display(description="lease")
+    def lease(self, selection: Selection) -> str:
+        return lease_state(selection)
+
+    @admin.action(description="Release selected selections", permissions=["release"])
+    def release(self, request, queryset):
+        for tx_id in queryset.values_list("tx_id", flat=True):
+            try:
+                _, removed = release_selection(tx_id)
+            except (SherdlockError, DatabaseError) as exc:
+                self.message_user(request, f"{tx_id}: not released: {exc}", messages.ERROR)
+            else:
+                self.message_user(request, f"{tx_id}: released, {removed} lock(s) removed",
+                                  messages.SUCCESS if removed else messages.INFO)
+
+
+@admin.register(LockAudit)
+class LockAuditAdmin(ReadOnlyAdmin):
+    list_display = ["created_at", "user", "action", "count", "reason", "spenders"]
+    list_filter = ["action"]
+    list_select_related = ["user"]
+    search_fields = ["reason", "user__username"]  # see get_search_results
+    search_help_text = "Words of the reason, a username, an exact spender tx id or token id."
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        query = (Q(reason__icontains=term) | Q(user__username=term)
+                 | Q(spender_tx_ids__contains=[term]))
+        if term.isdigit() and len(term) < 19:
+            query |= Q(token_ids__contains=[int(term)])
+        return queryset.filter(query), False
+
+    @admin.display(description="spender transactions")
+    def spenders(self, audit: LockAudit) -> str:
+        shown = ", ".join(audit.spender_tx_ids[:TOKENS_SHOWN])
+        more = len(audit.spender_tx_ids) - TOKENS_SHOWN
+        return f"{shown} and {more} more" if more > 0 else shown
+
+
+@admin.register(HousekeepingRun)
+class HousekeepingRunAdmin(ReadOnlyAdmin):
+    list_display = ["started_at", "finished_at", "expired_removed", "spent_removed", "skipped"]
+    list_filter = ["skipped"]
+
+
+@admin.register(FailedSelection)
+class FailedSelectionAdmin(ReadOnlyAdmin):
+    list_display = ["created_at", "tx_id", "wallet", "currency", "quantity", "outcome",
+                    "lock_conflicts"]
+    list_filter = ["outcome", CurrencyFilter]
+    ordering = ["-created_at"]
+    search_fields = ["tx_id", "wallet"]  # exact, see below
+    search_help_text = "Exact transaction id or wallet."
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        return queryset.filter(Q(tx_id=term) | Q(wallet=term)), False

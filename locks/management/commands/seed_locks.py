@@ -1,0 +1,108 @@
+"""Lock random unspent tokens in bulk, as selections would, for demos and scale benchmarks."""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection, transaction
+from tqdm import tqdm
+
+CHUNK = 20_000
+
+# Pick N random unspent, unlocked tokens: one pass over the table with a top-N sort.
+PICK = """
+SELECT t.id FROM tokens_token t
+WHERE t.spent_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM locks_tokenlock l WHERE l.token_id = t.id)
+ORDER BY random()
+LIMIT %(count)s
+"""
+
+# Lock one chunk of picked tokens in a single INSERT ... SELECT: group them into selections of
+# up to %(per_tx)s tokens of one wallet/currency, give each selection a fence and one lease
+# (a live one with a random age, or one that expired a while ago), and write the lock rows
+# under that fence, exactly as a replica's selection would have left them.
+LOCK_CHUNK = """
+WITH picked AS (
+    SELECT t.id, t.wallet, t.currency, t.quantity,
+           (row_number() OVER (ORDER BY t.wallet, t.currency, t.id) - 1) / %(per_tx)s AS grp
+    FROM tokens_token t
+    WHERE t.id = ANY(%(ids)s)
+),
+grouped AS (
+    SELECT grp, wallet, currency, array_agg(id ORDER BY id) AS token_ids,
+           sum(quantity) AS total, random() < %(expired_fraction)s AS expired, random() AS r
+    FROM picked
+    GROUP BY grp, wallet, currency
+    HAVING sum(quantity) > 0
+),
+timed AS (
+    SELECT *, CASE WHEN expired
+                   THEN now() - (%(ttl)s * (1 + r) + 1) * interval '1 second'
+                   ELSE now() - %(ttl)s * r * interval '1 second' END AS created
+    FROM grouped
+),
+selections AS (
+    INSERT INTO locks_selection (tx_id, wallet, currency, quantity, total, token_ids, status,
+                                 created_at, expires_at)
+    SELECT %(prefix)s || grp || '-' || wallet || '-' || currency, wallet, currency, total,
+           total, token_ids, 'locked', created, created + %(ttl)s * interval '1 second'
+    FROM timed
+    RETURNING tx_id, fence, token_ids, created_at, expires_at
+)
+INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, created_at, expires_at)
+SELECT unnest(token_ids), tx_id, fence, created_at, expires_at FROM selections
+ON CONFLICT (token_id) DO NOTHING
+"""
+
+
+class Command(BaseCommand):
+    help = "Lock N random unspent tokens under seeded selections (live or expired leases)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--count", type=int, default=1000, help="tokens to lock")
+        parser.add_argument("--ttl-seconds", type=float, default=60.0, help="lease length")
+        parser.add_argument("--expired-fraction", type=float, default=0.2,
+                            help="share of selections whose lease has already expired")
+        parser.add_argument("--tokens-per-tx", type=int, default=4,
+                            help="tokens per seeded selection (one spender tx id each)")
+        parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    def handle(self, *args, **options) -> None:
+        count, ttl = options["count"], options["ttl_seconds"]
+        fraction, per_tx = options["expired_fraction"], options["tokens_per_tx"]
+        if count < 1 or per_tx < 1:
+            raise CommandError("--count and --tokens-per-tx must be at least 1")
+        if ttl <= 0:
+            raise CommandError("--ttl-seconds must be positive")
+        if not 0 <= fraction <= 1:
+            raise CommandError("--expired-fraction must be between 0 and 1")
+        started = time.monotonic()
+        with connection.cursor() as cursor:
+            cursor.execute(PICK, {"count": count})
+            ids = [row[0] for row in cursor.fetchall()]
+        if len(ids) < count:
+            self.stderr.write(f"only {len(ids)} unspent, unlocked tokens: locking those")
+        prefix = f"seed-{uuid.uuid4().hex[:12]}-"  # fresh tx ids per run: re-runs never collide
+        locked = 0
+        with tqdm(total=len(ids), unit="lock", unit_scale=True, disable=options["no_progress"],
+                  desc="seeding locks", file=sys.stderr) as bar:
+            for start in range(0, len(ids), CHUNK):
+                chunk = ids[start:start + CHUNK]
+                # One transaction per chunk: progress stays visible and a selection never
+                # exists without its locks.
+                with transaction.atomic(), connection.cursor() as cursor:
+                    cursor.execute(LOCK_CHUNK, {
+                        "ids": chunk, "per_tx": per_tx, "ttl": ttl, "expired_fraction": fraction,
+                        "prefix": f"{prefix}{start // CHUNK}-",
+                    })
+                    locked += cursor.rowcount
+                bar.update(len(chunk))
+        elapsed = time.monotonic() - started
+        self.stdout.write(self.style.SUCCESS(
+            f"locked {locked} tokens in {elapsed:.1f}s "
+            f"({locked / max(elapsed, 1e-9):,.0f} locks/s)"
+        ))

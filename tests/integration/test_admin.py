@@ -1,0 +1,399 @@
+"""The operators' admin: constant query counts, filters, search, force release, dashboard."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from io import StringIO
+
+import pytest
+from django.core.cache import cache
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from locks import pagination
+from locks.models import FailedSelection, HousekeepingRun, LockAudit, Selection, TokenLock
+from tests.factories import make_lock, make_token, make_tokens
+from tokens.models import Token
+
+pytestmark = pytest.mark.django_db
+
+LOCKS = reverse("admin:locks_tokenlock_changelist")
+TOKENS = reverse("admin:tokens_token_changelist")
+SELECTIONS = reverse("admin:locks_selection_changelist")
+AUDITS = reverse("admin:locks_lockaudit_changelist")
+DASHBOARD = reverse("admin-dashboard")
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    cache.clear()  # the currency list is cached between page loads
+
+
+def lock_tokens(tokens, spender="spender", ttl=60.0, fence=1):
+    now = timezone.now()
+    created = now if ttl >= 0 else now + timedelta(seconds=ttl - 1)
+    return TokenLock.objects.bulk_create(
+        TokenLock(token=t, spender_tx_id=spender, fence=fence, created_at=created,
+                  expires_at=now + timedelta(seconds=ttl)) for t in tokens)
+
+
+def make_selection(tokens, tx_id, status=Selection.Status.LOCKED, ttl=60.0, lock=True):
+    total = sum(t.quantity for t in tokens)
+    selection = Selection.objects.create(
+        tx_id=tx_id, wallet=tokens[0].wallet, currency=tokens[0].currency, quantity=total,
+        total=total, token_ids=[t.pk for t in tokens], status=status,
+        expires_at=timezone.now() + timedelta(seconds=ttl))
+    if lock:
+        lock_tokens(tokens, spender=tx_id, ttl=ttl, fence=selection.fence)
+    return selection
+
+
+def add_rows(model: str, count: int, user) -> None:
+    """Add ``count`` rows that the changelist of ``model`` shows."""
+    if model == "tokens":
+        make_tokens(count)
+    elif model in ("locks", "dashboard"):
+        lock_tokens(make_tokens(count, wallet=f"w{TokenLock.objects.count()}"))
+    elif model == "selections":
+        for token in make_tokens(count):
+            make_selection([token], f"sel-{token.pk}")
+    if model == "dashboard":
+        FailedSelection.objects.bulk_create(
+            FailedSelection(tx_id=f"f{i}", wallet=f"w{i}", currency="USD", quantity=1,
+                            outcome=FailedSelection.Outcome.FUNDS_LOCKED) for i in range(count))
+    if model == "audits":
+        LockAudit.objects.bulk_create(
+            LockAudit(user=user, reason=f"r{i}", spender_tx_ids=["s"], token_ids=[i], count=1)
+            for i in range(count))
+
+
+def rows_shown(response) -> int:
+    if "cl" not in response.context:  # the dashboard: count what it aggregated
+        return response.context["data"].locks.live
+    return len(list(response.context["cl"].result_list))
+
+
+def shown(client, url: str, **params) -> set:
+    """Return the primary keys a changelist shows for these query parameters."""
+    response = client.get(url, params)
+    assert response.status_code == 200
+    return {obj.pk for obj in response.context["cl"].result_list}
+
+
+@pytest.mark.parametrize(("model", "url", "most"), [
+    ("tokens", TOKENS, 6), ("locks", LOCKS, 6), ("selections", SELECTIONS, 7),
+    ("audits", AUDITS, 7), ("dashboard", DASHBOARD, 12)])
+def test_page_query_count_does_not_grow_with_rows(
+        admin_client, admin_user, django_assert_max_num_queries, model, url, most):
+    add_rows(model, 10, admin_user)
+    admin_client.get(url)  # warm caches (content types, currencies) like any running server
+    with django_assert_max_num_queries(most) as ten:
+        response = admin_client.get(url)
+    assert rows_shown(response) == 10
+    add_rows(model, 50, admin_user)
+    with django_assert_max_num_queries(most) as sixty:
+        response = admin_client.get(url)
+    assert response.status_code == 200
+    assert rows_shown(response) == 60
+    assert len(sixty) == len(ten), [q["sql"] for q in sixty.captured_queries]
+
+
+def test_lock_filters_by_state_currency_wallet_and_age(admin_client):
+    live = lock_tokens([make_token(wallet="alice", currency="USD", tx_id="live")])[0]
+    expired = lock_tokens([make_token(wallet="bob", currency="EUR", tx_id="old")], ttl=-700)[0]
+    spent_token = make_token(wallet="carol", tx_id="spent")
+    spent = lock_tokens([spent_token])[0]
+    Token.objects.filter(pk=spent_token.pk).update(spent_by="tx", spent_at=timezone.now())
+    client = admin_client
+
+    assert shown(client, LOCKS) == {live.pk, expired.pk, spent.pk}
+    assert shown(client, LOCKS, state="live") == {live.pk}
+    assert shown(client, LOCKS, state="expired") == {expired.pk}
+    assert shown(client, LOCKS, state="spent") == {spent.pk}
+    assert shown(client, LOCKS, currency="EUR") == {expired.pk}
+    assert shown(client, LOCKS, wallet="alice") == {live.pk}
+    assert shown(client, LOCKS, wallet="ali") == set()  # exact, not a substring
+    assert shown(client, LOCKS, age="10s") == {live.pk, spent.pk}
+    assert shown(client, LOCKS, age="old") == {expired.pk}
+    assert shown(client, LOCKS, wallet="bob", state="expired") == {expired.pk}
+    # The wallet box is a form of its own: it carries the other filters along.
+    page = client.get(LOCKS, {"state": "live", "wallet": "alice"}).content.decode()
+    assert 'name="wallet" value="alice"' in page
+    assert '<input type="hidden" name="state" value="live">' in page
+
+
+def test_lock_search_by_token_tx_id_spender_and_wallet(admin_client):
+    first = lock_tokens([make_token(wallet="alice", tx_id="issue-a", index=2)], spender="sp-1")
+    second = lock_tokens([make_token(wallet="bob", tx_id="issue-b")], spender="sp-2")
+    with CaptureQueriesContext(connection) as captured:
+        for term, expected in (("issue-a", first), ("issue-a:2", first), ("sp-2", second),
+                               ("bob", second), ("issue", [])):
+            assert shown(admin_client, LOCKS, q=term) == {lock.pk for lock in expected}, term
+    # Exact comparisons an index serves: "=" in search_fields would mean UPPER(x) = UPPER(y).
+    searches = [q["sql"] for q in captured.captured_queries if "issue-a" in q["sql"]]
+    assert searches and not any("UPPER(" in sql or "LIKE" in sql for sql in searches)
+
+
+def test_token_filters_and_search(admin_client):
+    plain = make_token(wallet="alice", currency="USD", tx_id="t-plain")
+    euro = make_token(wallet="wallet-1", currency="EUR", tx_id="t-euro", index=4)
+    make_token(wallet="wallet-10", currency="EUR", tx_id="t-other")
+    locked = make_token(wallet="alice", tx_id="t-locked")
+    lock_tokens([locked])
+    spent = make_token(wallet="alice", tx_id="t-spent", spent_by="x", spent_at=timezone.now())
+    client = admin_client
+
+    assert shown(client, TOKENS, currency="USD") == {plain.pk, locked.pk, spent.pk}
+    assert shown(client, TOKENS, spent="yes") == {spent.pk}
+    assert plain.pk in shown(client, TOKENS, spent="no")
+    assert spent.pk not in shown(client, TOKENS, spent="no")
+    assert shown(client, TOKENS, locked="yes") == {locked.pk}
+    assert locked.pk not in shown(client, TOKENS, locked="no")
+    assert shown(client, TOKENS, q="t-euro") == {euro.pk}
+    assert shown(client, TOKENS, q="t-euro:4") == {euro.pk}
+    assert shown(client, TOKENS, q="wallet-1") == {euro.pk}  # exact: not wallet-10
+    assert shown(client, TOKENS, q="alice", spent="yes") == {spent.pk}
+    assert shown(client, TOKENS, q=str(plain.pk)) == {plain.pk}
+    page = client.get(TOKENS).content.decode()  # each token links its lock
+    assert reverse("admin:locks_tokenlock_change", args=[locked.pk]) in page
+    assert "live by spender" in page
+
+
+def test_token_identity_and_quantity_are_read_only_on_change(admin_client):
+    token = make_token(wallet="alice", quantity=10, tx_id="fixed")
+    url = reverse("admin:tokens_token_change", args=[token.pk])
+    form = admin_client.get(url).context["adminform"]
+    assert {"tx_id", "index", "wallet", "currency", "quantity"} <= set(form.readonly_fields)
+    assert admin_client.post(url, {"tx_id": "moved", "index": 9, "wallet": "mallory",
+                                   "currency": "EUR", "quantity": 999, "spent_by": "",
+                                   "spent_at_0": "", "spent_at_1": ""}).status_code == 302
+    token.refresh_from_db()
+    assert (token.tx_id, token.index, token.wallet, token.currency, token.quantity) == (
+        "fixed", 0, "alice", "USD", Decimal(10))
+    add_form = admin_client.get(reverse("admin:tokens_token_add")).context["adminform"]
+    assert "quantity" in add_form.form.fields and not add_form.readonly_fields
+
+
+def test_locks_cannot_be_added_changed_or_deleted_by_hand(admin_client):
+    lock = make_lock(make_token(), "holder")
+    assert admin_client.get(reverse("admin:locks_tokenlock_add")).status_code == 403
+    change = reverse("admin:locks_tokenlock_change", args=[lock.pk])
+    assert admin_client.get(change).status_code == 200  # viewing is allowed
+    assert admin_client.post(change, {"spender_tx_id": "thief", "fence": 9}).status_code == 403
+    assert admin_client.get(reverse("admin:locks_tokenlock_delete", args=[lock.pk])
+                            ).status_code == 403
+    page = admin_client.get(LOCKS)
+    assert set(page.context["cl"].model_admin.get_actions(page.wsgi_request)) == {"force_release"}
+    assert TokenLock.objects.get(pk=lock.pk).spender_tx_id == "holder"
+
+
+def test_login_needed_and_viewers_cannot_force_release(client, django_user_model):
+    from django.contrib.auth.models import Permission
+
+    for url in (TOKENS, LOCKS, DASHBOARD):
+        response = client.get(url)
+        assert response.status_code == 302 and "/login/" in response["Location"]
+    viewer = django_user_model.objects.create_user("viewer", password="x", is_staff=True)
+    client.force_login(viewer)
+    assert client.get(DASHBOARD).status_code == 403
+    viewer.user_permissions.add(Permission.objects.get(codename="view_tokenlock"))
+    lock = make_lock(make_token(), "holder")
+    page = client.get(LOCKS)
+    assert page.context["cl"].model_admin.get_actions(page.wsgi_request) == {}
+    client.post(LOCKS, {"action": "force_release", "_selected_action": [lock.pk],
+                        "post": "yes", "reason": "not mine to release"})
+    assert TokenLock.objects.filter(pk=lock.pk).exists()
+    assert not LockAudit.objects.exists()
+    assert client.get(DASHBOARD).status_code == 200
+
+
+def post_force_release(admin_client, locks, reason=None, url=LOCKS, **extra):
+    data = {"action": "force_release", "_selected_action": [lock.pk for lock in locks], **extra}
+    if reason is not None:
+        data.update(post="yes", reason=reason)
+    return admin_client.post(url, data)
+
+
+def test_force_release_asks_for_a_reason_then_deletes_and_audits(admin_client, admin_user):
+    locks = lock_tokens(make_tokens(3), spender="stuck-tx")
+    kept = lock_tokens([make_token()], spender="other")[0]
+    confirm = post_force_release(admin_client, locks[:2])
+    assert confirm.templates[0].name == "admin/locks/tokenlock/force_release.html"
+    assert 'name="reason"' in confirm.content.decode()
+    assert TokenLock.objects.count() == 4
+
+    assert post_force_release(admin_client, locks[:2], reason="replica crashed").status_code == 302
+    assert set(TokenLock.objects.values_list("pk", flat=True)) == {locks[2].pk, kept.pk}
+    audit = LockAudit.objects.get()
+    assert (audit.user, audit.reason, audit.count, audit.action) == (
+        admin_user, "replica crashed", 2, "force_release")
+    assert sorted(audit.token_ids) == sorted(lock.pk for lock in locks[:2])
+    assert audit.spender_tx_ids == ["stuck-tx"]
+
+
+@pytest.mark.parametrize("reason", ["", "   "])
+def test_force_release_refuses_without_a_reason(admin_client, reason):
+    locks = lock_tokens(make_tokens(2))
+    response = post_force_release(admin_client, locks, reason=reason)
+    assert response.status_code == 200
+    assert response.context["form"].errors["reason"]
+    assert TokenLock.objects.count() == 2
+    assert not LockAudit.objects.exists()
+
+
+def test_force_release_of_everything_a_filter_selects(admin_client):
+    expired = lock_tokens(make_tokens(3, wallet="gone"), spender="dead", ttl=-5)
+    live = lock_tokens(make_tokens(2, wallet="busy"), spender="alive")
+    assert post_force_release(admin_client, expired[:1], reason="sweep",
+                              url=f"{LOCKS}?state=expired", select_across="1").status_code == 302
+    assert set(TokenLock.objects.values_list("pk", flat=True)) == {lock.pk for lock in live}
+    assert LockAudit.objects.get().count == 3
+
+
+def test_lock_audit_is_listed_read_only_and_searchable(admin_client, admin_user):
+    LockAudit.objects.create(user=admin_user, reason="replica r2 died", count=1,
+                             spender_tx_ids=["tx-77"], token_ids=[5])
+    LockAudit.objects.create(user=admin_user, reason="drill", count=1,
+                             spender_tx_ids=["tx-88"], token_ids=[6])
+
+    first, second = LockAudit.objects.order_by("pk")
+    for term, expected in (("r2 died", first), ("tx-88", second), ("5", first)):
+        assert shown(admin_client, AUDITS, q=term) == {expected.pk}, term
+    assert admin_client.get(reverse("admin:locks_lockaudit_add")).status_code == 403
+    change = reverse("admin:locks_lockaudit_change", args=[first.pk])
+    assert admin_client.get(change).status_code == 200
+    assert admin_client.post(change, {"reason": "edited"}).status_code == 403
+
+
+def test_selection_list_shows_tokens_lease_and_held_locks(admin_client):
+    tokens = make_tokens(2, wallet="alice")
+    make_selection(tokens, "sel-live")
+    make_selection(make_tokens(1), "sel-old", ttl=-5)
+    make_selection(make_tokens(1), "sel-spent", status=Selection.Status.SPENT, lock=False)
+    page = admin_client.get(SELECTIONS)
+    content = page.content.decode()
+    assert reverse("admin:tokens_token_change", args=[tokens[1].pk]) in content
+    assert "2 / 2" in content
+    leases = {s.tx_id: page.context["cl"].model_admin.lease(s)
+              for s in page.context["cl"].result_list}
+    assert leases == {"sel-live": "live", "sel-old": "expired", "sel-spent": "spent"}
+    assert shown(admin_client, SELECTIONS, lease="live") == set(
+        Selection.objects.filter(tx_id="sel-live").values_list("pk", flat=True))
+    assert admin_client.get(reverse("admin:locks_selection_add")).status_code == 403
+
+
+@pytest.fixture
+def replica():
+    from locks import replica
+
+    replica.reset()  # a fresh selector, whose cache listener must not outlive the test database
+    yield
+    replica.reset()
+
+
+def test_selection_release_action_reports_each_result(admin_client, replica):
+    live = make_selection(make_tokens(2), "sel-a")
+    spent = make_selection(make_tokens(1), "sel-b", status=Selection.Status.SPENT, lock=False)
+    response = admin_client.post(SELECTIONS, {
+        "action": "release", "_selected_action": [live.pk, spent.pk]}, follow=True)
+    assert response.status_code == 200
+    text = [str(m) for m in response.context["messages"]]
+    assert "sel-a: released, 2 lock(s) removed" in text
+    assert any(m.startswith("sel-b: not released") for m in text)
+    live.refresh_from_db()
+    assert live.status == Selection.Status.RELEASED
+    assert not TokenLock.objects.filter(spender_tx_id="sel-a").exists()
+
+
+def test_dashboard_shows_supply_locks_contention_outcomes_and_housekeeping(admin_client):
+    usd = make_tokens(4, wallet="alice", currency="USD", quantity=10)
+    make_tokens(2, wallet="bob", currency="EUR", quantity=7)
+    lock_tokens(usd[:1], ttl=60)
+    lock_tokens(usd[1:2], spender="soon", ttl=5)
+    lock_tokens(usd[2:3], spender="late", ttl=-30)
+    make_selection(make_tokens(1, wallet="carol"), "ok-1", lock=False)
+    for outcome, n in ((FailedSelection.Outcome.FUNDS_LOCKED, 3),
+                       (FailedSelection.Outcome.INSUFFICIENT_FUNDS, 1)):
+        FailedSelection.objects.bulk_create(
+            FailedSelection(tx_id=f"{outcome}{i}", wallet="alice", currency="USD", quantity=5,
+                            outcome=outcome, lock_conflicts=2) for i in range(n))
+    HousekeepingRun.objects.create(finished_at=timezone.now(), expired_removed=12)
+
+    response = admin_client.get(DASHBOARD)
+    assert response.status_code == 200
+    data = response.context["data"]
+    supply = {row.currency: (row.tokens, row.supply, row.locked, row.available)
+              for row in data.supply}
+    assert supply == {"USD": (5, 50, 20, 30), "EUR": (2, 14, 0, 14)}
+    assert (data.locks.live, data.locks.expiring, data.locks.expired) == (2, 1, 1)
+    top = data.contended[0]
+    assert (top.wallet, top.funds_locked, top.insufficient_funds, top.lock_conflicts) == (
+        "alice", 3, 1, 8)
+    assert data.busiest[0].live_locks == 2
+    assert len(data.outcomes) == 60
+    assert data.outcomes[-1].success == 1 and data.outcomes[-1].funds_locked == 3
+    assert data.housekeeping.expired_removed == 12
+    content = response.content.decode()
+    assert "<svg" in content and 'class="locked"' in content
+    assert 'id="locks-live">2<' in content
+    assert " s ago)" in content  # the housekeeping run that just happened
+
+
+def test_admin_index_links_the_dashboard_api_keys_and_beat(admin_client):
+    page = admin_client.get(reverse("admin:index")).content.decode()
+    assert DASHBOARD in page
+    assert reverse("admin:clients_apikey_changelist") in page
+    assert reverse("admin:django_celery_beat_periodictask_changelist") in page
+
+
+def analyse(model) -> None:
+    connection.cursor().execute(f"ANALYZE {model._meta.db_table}")
+
+
+def test_unfiltered_lists_use_the_planner_estimate_not_count(admin_client, monkeypatch):
+    make_tokens(30)
+    analyse(Token)  # reltuples = 30
+    make_tokens(12)  # not yet in the statistics
+    monkeypatch.setattr(pagination, "EXACT_BELOW", 20)
+    with CaptureQueriesContext(connection) as captured:
+        response = admin_client.get(TOKENS)
+    cl = response.context["cl"]
+    assert isinstance(cl.paginator, pagination.EstimatedCountPaginator) and cl.paginator.estimated
+    assert cl.result_count == 30  # the estimate: an exact count would say 42
+    assert not any("COUNT(" in q["sql"] for q in captured.captured_queries)
+    assert "about" in response.content.decode()
+
+
+def test_filtered_lists_count_exactly_up_to_a_cap_then_estimate(admin_client, monkeypatch):
+    make_tokens(30, currency="EUR")
+    make_tokens(5, currency="USD")
+    analyse(Token)
+    monkeypatch.setattr(pagination, "EXACT_BELOW", 20)
+    small = admin_client.get(TOKENS, {"currency": "USD"}).context["cl"]
+    assert (small.result_count, small.paginator.estimated) == (5, False)
+    large = admin_client.get(TOKENS, {"currency": "EUR"}).context["cl"]
+    assert large.paginator.estimated and large.result_count >= 20
+    monkeypatch.setattr(pagination, "EXACT_BELOW", 100)  # a small table is counted exactly
+    cl = admin_client.get(TOKENS).context["cl"]
+    assert (cl.result_count, cl.paginator.estimated) == (35, False)
+
+
+def test_seed_locks_locks_random_unspent_tokens_under_selections():
+    make_tokens(40, wallet="a")
+    make_tokens(40, wallet="b", currency="EUR")
+    call_command("seed_locks", count=30, ttl_seconds=60, expired_fraction=0,
+                 tokens_per_tx=4, no_progress=True, stdout=(out := StringIO()))
+    assert "locked 30 tokens" in out.getvalue()
+    assert TokenLock.objects.live().count() == 30
+    for selection in Selection.objects.all():
+        held = TokenLock.objects.filter(spender_tx_id=selection.tx_id, fence=selection.fence)
+        assert sorted(held.values_list("pk", flat=True)) == sorted(selection.token_ids)
+        assert set(Token.objects.filter(pk__in=selection.token_ids)
+                   .values_list("wallet", flat=True)) == {selection.wallet}
+    call_command("seed_locks", count=100, expired_fraction=1, no_progress=True,
+                 stdout=StringIO(), stderr=StringIO())
+    assert TokenLock.objects.expired().count() == 50  # only the 50 unlocked ones were left
