@@ -38,6 +38,18 @@ $(CHROMIUM):
 run: $(STAMP)
 	$(PY) -m config.serve
 
+# Every strategy on the same data in one run: `make bench BENCH_ARGS="--duration 5"`,
+# `make bench BENCH_ARGS="--check bench/results/baseline.json"`; see `python -m bench --help`.
+BENCH_STAMP := $(VENV)/.bench-installed
+BENCH_ARGS ?=
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(PY) -m bench $(BENCH_ARGS)
+
 test: $(STAMP) browser
 	$(PY) -m ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -115,12 +116,19 @@ def main() -> int:
             say(f"embedded broker started ({env['CELERY_BROKER_URL']})")
 
         python = sys.executable
+        # Gunicorn workers (and Celery's) write their metrics to files here, so /metrics sums
+        # every process. Files of a previous run would add stale counts: start empty.
+        metrics_dir = DATA_DIR / "prometheus"
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics_dir.mkdir(parents=True)
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
         say("applying migrations")
         subprocess.run([python, "manage.py", "migrate", "--noinput", "-v", "1"],
                        env=env, cwd=BASE_DIR, check=True)
         workers = env.get("WEB_CONCURRENCY", "2")
         children.append(spawn("web", [
             python, "-m", "gunicorn", "config.wsgi:application",
+            "-c", str(BASE_DIR / "config" / "gunicorn.py"),
             "--bind", f"{host}:{port}", "--workers", workers,
             "--access-logfile", "-", "--graceful-timeout", "10",
         ], env))

@@ -5,6 +5,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config import views
+from config.metrics_view import metrics_view
 from locks.admin_views import dashboard_view
 
 urlpatterns = [
@@ -16,6 +17,7 @@ urlpatterns = [
     path("api/v1/", include("config.api_urls")),
     path("healthz", views.Healthz.as_view(), name="healthz"),
     path("readyz", views.Readyz.as_view(), name="readyz"),
+    path("metrics", metrics_view, name="metrics"),
 ]
 
 # JSON errors under /api/, Django's pages elsewhere (used when DEBUG is off).

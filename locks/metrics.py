@@ -60,7 +60,9 @@ SELECTION_RETRIES = Counter(
     "Backoff rounds run after a round lost to contention (rounds - 1 per selection).",
 )
 LOCK_ATTEMPTS = Counter(
-    "sherdlock_lock_attempts_total", "Cached candidates submitted to a try-lock statement.")
+    "sherdlock_lock_attempts_total",
+    "Tokens submitted for locking: try-lock batches and the prefixes fetches chose.",
+)
 LOCK_CONFLICTS = Counter(
     "sherdlock_lock_conflicts_total",
     "Lock attempts lost to another spender (held, spent or being touched), fetches included.",

@@ -8,6 +8,7 @@ translates to HTTP in one place.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from decimal import Decimal
@@ -18,6 +19,7 @@ from django.db.models import Min
 from django.db.models.functions import Least, Now
 from django.utils import timezone
 
+from locks import metrics
 from locks.errors import (
     AlreadySpent,
     LeaseLost,
@@ -54,11 +56,17 @@ def select_tokens(tx_id: str, wallet: str, currency: str, quantity: int) -> tupl
             raise TxIdConflict(f"transaction {tx_id} already selected different tokens")
         return existing, False
     selector = get_selector()
+    started, outcome, stats = time.monotonic(), "error", None
     try:
         picked = selector.select(tx_id, wallet, currency, quantity)
+        outcome, stats = "success", picked.stats
     except (InsufficientFunds, FundsLocked) as exc:
+        outcome = "insufficient_funds" if isinstance(exc, InsufficientFunds) else "funds_locked"
+        stats = exc.stats
         _record_failure(tx_id, wallet, currency, quantity, exc)
         raise
+    finally:
+        metrics.record_selection(time.monotonic() - started, outcome, stats)
     try:
         with transaction.atomic():
             selection = Selection.objects.create(

@@ -1,0 +1,256 @@
+"""The harness: every workload, every replica count, every strategy, on the same data.
+
+``python -m bench`` (what ``make bench`` runs) prints progress while it measures, then a table
+with ratios, and writes ``report.json`` and ``throughput.png`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from bench import database, strategies
+from bench.workloads import Workload, hot_tokens, hot_wallet, spread
+
+RESULTS = Path(__file__).resolve().parent / "results"
+WORKLOADS = ("spread", "hot-wallet", "hot-tokens")
+
+
+def say(message: str) -> None:
+    """Print a progress line."""
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def _names(choices: tuple[str, ...]):
+    def parse(text: str) -> list[str]:
+        names = [part.strip() for part in text.split(",") if part.strip()]
+        if unknown := sorted(set(names) - set(choices)):
+            raise argparse.ArgumentTypeError(f"unknown: {', '.join(unknown)}")
+        return names
+    return parse
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--workloads", type=_names(WORKLOADS), default=list(WORKLOADS))
+    parser.add_argument("--strategies", type=_names(strategies.ALL),
+                        default=list(strategies.ALL))
+    parser.add_argument("--replicas", type=_ints, default=[1, 2, 4, 8, 20],
+                        help="replica counts, comma-separated")
+    parser.add_argument("--duration", type=float, default=2.0, help="seconds per point")
+    parser.add_argument("--spread-wallets", type=int, default=1000)
+    parser.add_argument("--spread-tokens", type=int, default=100, help="tokens per wallet")
+    parser.add_argument("--hot-wallet-tokens", type=int, default=1000)
+    parser.add_argument("--hot-tokens-big", type=int, default=10)
+    parser.add_argument("--hot-tokens-big-quantity", type=int, default=1000)
+    parser.add_argument("--hot-tokens-small", type=int, default=990)
+    parser.add_argument("--spend-ratio", type=float, default=0.5,
+                        help="share of selections spent (the rest are released)")
+    parser.add_argument("--hold", type=float, default=0.0,
+                        help="mean seconds a selection is held before spend or release")
+    parser.add_argument("--http-replicas", type=_ints, default=[2, 4],
+                        help="gunicorn worker counts for the HTTP path; empty skips it")
+    parser.add_argument("--http-workload", choices=WORKLOADS, default="hot-wallet")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--database", default=database.DEFAULT_NAME,
+                        help="database to create and use on the server (emptied!)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--check", type=Path, metavar="BASELINE",
+                        help="compare the fresh report with BASELINE; exit 1 on a regression")
+    parser.add_argument("--tolerance", type=float, default=0.25)
+    parser.add_argument("--write-baseline", action="store_true",
+                        help="also save the report as <out>/baseline.json")
+    args = parser.parse_args(argv)
+    if not args.replicas or min(args.replicas) < 1 or args.duration <= 0:
+        parser.error("need positive replica counts and duration")
+    return args
+
+
+def make_workload(name: str, args: argparse.Namespace) -> Workload:
+    """Create one workload from the command-line sizes."""
+    options = {"spend_ratio": args.spend_ratio, "hold": args.hold}
+    if name == "spread":
+        workload = spread(args.spread_wallets, args.spread_tokens, args.seed, **options)
+    elif name == "hot-wallet":
+        workload = hot_wallet(args.hot_wallet_tokens, args.seed, **options)
+    else:
+        workload = hot_tokens(args.hot_tokens_big, args.hot_tokens_big_quantity,
+                              args.hot_tokens_small, args.seed, **options)
+    workload.check()
+    return workload
+
+
+class Harness:
+    """Measure points; keep one replica pool per environment, started on first use."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.pools: dict[str, object] = {}
+
+    def pool(self, strategy: str):
+        from bench.worker import Pool
+
+        env = strategies.environment(strategy)
+        name = ",".join(f"{k}={v}" for k, v in sorted(env.items()))
+        if name not in self.pools:
+            size = max(self.args.replicas)
+            say(f"starting {size} replica processes{f' with {name}' if name else ''}")
+            self.pools[name] = Pool(size, env)
+        return self.pools[name]
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.close()
+
+    def measure(self, workload: Workload, strategy: str, replicas: int) -> dict:
+        """Measure one point on freshly reset data."""
+        from bench import verify
+        from bench.worker import Task
+
+        database.reset()
+        point: dict[str, object] = {"workload": workload.name, "strategy": strategy,
+                                    "replicas": replicas}
+        duration = self.args.duration
+        if strategy == strategies.FLOOR:
+            return {**point, **self._floor(workload, replicas, duration)}
+        lite = dataclasses.replace(workload, tokens=())
+        # Replica i draws the same requests whatever the strategy: same data, same demand.
+        tasks = [Task(strategy, lite, i, self.args.seed * 1000 + i) for i in range(replicas)]
+        records, infos = self.pool(strategy).run(tasks, duration)
+        point["duration_s"] = duration
+        if strategy in strategies.CANDIDATES:
+            point["listening"] = all(info.get("listening") for info in infos)
+        point.update(verify.figures(records, duration, workload.supply()))
+        stored = database.spent_tokens()
+        point["double_spends"] = verify.overlapping_holds(records) + verify.spent_twice(
+            records, stored)
+        point["leaked_locks"] = database.leaked_locks()
+        point["supply_conserved"] = database.unspent_by_wallet() == workload.supply()
+        return point
+
+    def _floor(self, workload: Workload, replicas: int, duration: float) -> dict:
+        from django.conf import settings
+        from django.db import connection
+
+        from bench import verify
+        from bench.strategies import floor
+
+        options = settings.SHERDLOCK
+        result = floor.run(workload, replicas, duration, connection.settings_dict,
+                           int(options["FETCH_LIMIT"]), float(options["LEASE_SECONDS"]))
+        latencies, elapsed = result["latencies"], result["elapsed"]
+        return {
+            "duration_s": elapsed, "selections": len(latencies),
+            "selections_per_s": round(len(latencies) / elapsed, 2),
+            "latency_ms": verify.latency_ms(latencies),
+            "outcomes": {"selected": len(latencies), "error": result["failed"]},
+            # Cycles replayed after a deadlock between our own statements.
+            "retried": result["retried"],
+            "lock_attempts": None, "attempts_per_locked_token": None,
+            "spurious_insufficient_funds": None, "double_spends": None,
+            # pgbench ends its run between the two statements of some clients' cycles, so
+            # leftover locks say nothing about the SQL; reset() removes them.
+            "leaked_locks": None,
+        }
+
+
+def run_points(harness: Harness, workloads: list[Workload], names: list[str]) -> list[dict]:
+    """Measure every (workload, replicas, strategy) point, printing progress."""
+    args, points = harness.args, []
+    total = len(workloads) * len(args.replicas) * len(names)
+    for workload in workloads:
+        say(f"seeding {workload.title} ({len(workload.tokens)} tokens)")
+        database.seed(workload.tokens, workload.currency)
+        for turn, replicas in enumerate(args.replicas):
+            # Rotate the order, so that no strategy always runs first after a reseed.
+            for strategy in names[turn % len(names):] + names[:turn % len(names)]:
+                point = harness.measure(workload, strategy, replicas)
+                points.append(point)
+                latency = point["latency_ms"]
+                say(f"[{len(points)}/{total}] {workload.name:<10} R={replicas:<3} "
+                    f"{strategy:<14} {point['selections_per_s'] or 0:>9.1f} sel/s  "
+                    f"p50 {latency['p50'] or 0:.1f} ms  p99 {latency['p99'] or 0:.1f} ms  "
+                    f"{_faults(point)}")
+    return points
+
+
+def _faults(point: dict) -> str:
+    outcomes = point.get("outcomes", {})
+    parts = [f"{k}={v}" for k, v in outcomes.items() if k != "selected" and v]
+    parts += [f"{k}={point[k]}" for k in ("double_spends", "leaked_locks") if point.get(k)]
+    return " ".join(parts)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+    url, server = database.locate(args.database)
+    try:
+        database.create(url)
+        os.environ["DATABASE_URL"] = url
+        os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
+        # Per-selection INFO lines from every replica would drown the progress output.
+        os.environ.setdefault("LOG_LEVEL", "WARNING")
+        import django
+
+        django.setup()
+        say(f"database {args.database}: migrating")
+        database.migrate()
+        return _run(args, url, started)
+    finally:
+        if server is not None and server.started:
+            from config import embedded_db
+
+            embedded_db.stop(server.data_dir)
+
+
+def _run(args: argparse.Namespace, url: str, started: float) -> int:
+    from bench import check, plot, report
+    from bench.strategies import floor
+
+    skipped: list[dict[str, str]] = []
+    names = list(args.strategies)
+    if strategies.LISTENER in names and not strategies.listener_available():
+        names.remove(strategies.LISTENER)
+        skipped.append({"what": strategies.LISTENER,
+                        "why": "locks.listener does not exist yet; run again once it does"})
+    if strategies.FLOOR in names and floor.pgbench_binary() is None:
+        names.remove(strategies.FLOOR)
+        skipped.append({"what": strategies.FLOOR, "why": "pgbench not found"})
+    for note in skipped:
+        say(f"skipping {note['what']}: {note['why']}")
+    workloads = [make_workload(name, args) for name in args.workloads]
+    harness = Harness(args)
+    try:
+        points = run_points(harness, workloads, names)
+    finally:
+        harness.close()
+    if args.http_replicas:
+        from bench import web
+
+        http_points, note = web.run_all(args, make_workload(args.http_workload, args), say)
+        points += http_points
+        if note:
+            skipped.append({"what": strategies.HTTP, "why": note})
+    data = report.build(points, skipped, vars(args), time.monotonic() - started)
+    args.out.mkdir(parents=True, exist_ok=True)
+    report_path = report.write(data, args.out / "report.json")
+    plot_path = plot.draw(data, args.out / "throughput.png")
+    print(report.render(data))
+    say(f"report {report_path}, plot {plot_path}")
+    if args.write_baseline:
+        shutil.copyfile(report_path, args.out / "baseline.json")
+        say(f"baseline {args.out / 'baseline.json'}")
+    if args.check:
+        return check.main([str(report_path), str(args.check), "--tolerance",
+                           str(args.tolerance)])
+    return 0 if report.correct(data) else 1

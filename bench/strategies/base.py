@@ -1,0 +1,88 @@
+"""What every strategy offers the replica loop, and the spend they all share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from django.db import connection
+
+from sherdlock import Candidate, WalletKey
+
+# Spend a selection in one statement: row-lock its tokens, check that every one is unspent and
+# still locked by this selection (tx id and fence, unexpired), mark them spent and pay their
+# quantities back to the wallet as new tokens. All or nothing: if one check fails, nothing is
+# written and the statement reports 0 spent. Strategies differ in how they select; spending is
+# the same for all, so it does not tilt the comparison.
+SPEND = """
+WITH held AS (
+    SELECT t.id
+    FROM tokens_token t JOIN locks_tokenlock l ON l.token_id = t.id
+    WHERE t.id = ANY(%(ids)s) AND t.spent_at IS NULL
+      AND l.spender_tx_id = %(tx_id)s AND l.fence = %(fence)s AND l.expires_at > now()
+    ORDER BY t.id
+    FOR UPDATE OF t
+),
+spent AS (
+    UPDATE tokens_token t SET spent_by = %(tx_id)s, spent_at = now()
+    FROM held
+    WHERE t.id = held.id AND (SELECT count(*) FROM held) = %(count)s
+    RETURNING t.id
+),
+outputs AS (
+    INSERT INTO tokens_token (tx_id, "index", wallet, currency, quantity)
+    SELECT %(tx_id)s, o.n - 1, %(wallet)s, %(currency)s, o.quantity
+    FROM unnest(%(quantities)s::numeric[]) WITH ORDINALITY AS o(quantity, n)
+    WHERE (SELECT count(*) FROM spent) = %(count)s
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM spent), (SELECT count(*) FROM outputs)
+"""
+
+
+@dataclass(frozen=True)
+class Picked:
+    """Tokens a strategy locked for one transaction under one fence."""
+
+    tx_id: str
+    key: WalletKey
+    fence: int
+    tokens: tuple[Candidate, ...]
+    handle: object = None  # the strategy's own record of the selection, if it keeps one
+
+    @property
+    def token_ids(self) -> list[int]:
+        """Return the ids of the locked tokens."""
+        return [c.token_id for c in self.tokens]
+
+
+class Strategy(Protocol):
+    """A way to select and lock tokens, as one replica process runs it."""
+
+    name: str
+    # Token rows offered to a lock statement so far (None when not measurable).
+    lock_attempts: int | None
+
+    def select(self, tx_id: str, key: WalletKey, quantity: int) -> Picked:
+        """Lock tokens worth at least ``quantity``; raise InsufficientFunds or FundsLocked."""
+        ...
+
+    def release(self, picked: Picked) -> None:
+        """Unlock what ``picked`` holds."""
+        ...
+
+    def spent(self, picked: Picked) -> None:
+        """Learn that ``picked`` was spent."""
+        ...
+
+
+def spend(picked: Picked) -> bool:
+    """Spend ``picked``, paying its quantities back to its wallet; False if a lock was lost."""
+    with connection.cursor() as cursor:
+        cursor.execute(SPEND, {
+            "ids": picked.token_ids, "tx_id": picked.tx_id, "fence": picked.fence,
+            "count": len(picked.tokens), "wallet": picked.key.wallet,
+            "currency": picked.key.currency, "quantities": [c.quantity for c in picked.tokens],
+        })
+        spent, _ = cursor.fetchone()
+    return spent == len(picked.tokens)

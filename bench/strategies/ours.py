@@ -1,0 +1,78 @@
+"""Ours: the shipped selector (``locks.replica.get_selector``) over the PostgreSQL store."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bench.strategies.base import Picked
+from locks import replica
+from locks.store import PostgresTokenStore
+from sherdlock import Candidate, FetchResult, LockOutcome, WalletKey
+
+LISTENER_TIMEOUT = 10.0
+
+
+class CountingStore(PostgresTokenStore):
+    """Count the token rows offered to lock statements, as the seed-faithful baseline does.
+
+    A fetch offers the rows of the prefix it tries to lock (granted or lost to a concurrent
+    selection); a try-lock offers every submitted candidate.
+    """
+
+    latest: CountingStore | None = None
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.lock_attempts = 0
+        CountingStore.latest = self
+
+    def fetch_and_lock(self, key: WalletKey, tx_id: str, fence: int, need: int,
+                       limit: int) -> FetchResult:
+        result = super().fetch_and_lock(key, tx_id, fence, need, limit)
+        self.lock_attempts += len(result.granted) + result.conflicts
+        return result
+
+    def try_lock(self, tx_id: str, fence: int, candidates: Sequence[Candidate]) -> LockOutcome:
+        self.lock_attempts += len(candidates)
+        return super().try_lock(tx_id, fence, candidates)
+
+
+class Ours:
+    """Select with this process's selector, built exactly as the web replicas build it.
+
+    Going through ``get_selector`` (not a hand-made Selector) measures what ships, including
+    whatever the settings wire into it, such as the LISTEN/NOTIFY cache updater when the
+    process runs with ``SHERDLOCK_LISTEN=1``.
+    """
+
+    def __init__(self, name: str = "ours") -> None:
+        self.name = name
+        # The replica module builds its store from this name; counting needs our subclass.
+        replica.PostgresTokenStore = CountingStore
+        CountingStore.latest = None
+        replica.reset()
+        self.selector = replica.get_selector()
+        self._store = CountingStore.latest
+        # Whether this replica keeps its cache current from notifications; reported per point.
+        listener = getattr(replica, "get_listener", lambda: None)()
+        self.listening = listener is not None
+        if listener is not None and not listener.wait_connected(LISTENER_TIMEOUT):
+            raise RuntimeError("the cache listener did not connect")
+
+    @property
+    def lock_attempts(self) -> int | None:
+        return None if self._store is None else self._store.lock_attempts
+
+    def select(self, tx_id: str, key: WalletKey, quantity: int) -> Picked:
+        selection = self.selector.select(tx_id, key.wallet, key.currency, quantity)
+        return Picked(tx_id, key, selection.fence, selection.tokens, selection)
+
+    def release(self, picked: Picked) -> None:
+        self.selector.release(picked.handle)
+
+    def spent(self, picked: Picked) -> None:
+        self.selector.forget(picked.token_ids, picked.key)
+
+    def close(self) -> None:
+        """Drop this replica's selector, stopping its listener if it runs one."""
+        replica.reset()
