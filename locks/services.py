@@ -185,11 +185,10 @@ def release_selection(tx_id: str) -> tuple[Selection, int]:
             raise AlreadySpent(f"selection {tx_id} was spent; nothing to release")
         if selection.status == Selection.Status.RELEASED:
             return selection, 0
-        removed, _ = TokenLock.objects.filter(
-            spender_tx_id=tx_id, fence=selection.fence).delete()
+        # Through the store: it deletes in token-id order, the order every inserter waits in.
+        removed = get_selector().release(tx_id, fence=selection.fence)
         selection.status, selection.released_at = Selection.Status.RELEASED, timezone.now()
         selection.save(update_fields=["status", "released_at"])
-    get_selector().cache.unhold(selection.token_ids)
     logger.info("released %s: %d lock(s)", tx_id, removed)
     return selection, removed
 

@@ -1,7 +1,12 @@
 """The hot-path SQL of the PostgreSQL token store, one named block per statement.
 
-Every statement runs on its own (autocommit), so each is one short transaction. Row-lock order is
-always token row first, then lock row (spend does the same), so no two statements can deadlock.
+Every statement runs on its own (autocommit), so each is one short transaction. Two rules keep
+them from deadlocking with each other, with spends and with releases:
+- token row before lock row: the inserts take the token rows (FOR UPDATE) before touching lock
+  rows, and a spend locks its token rows before it reads the lock rows;
+- lock rows in token-id order: an insert that meets an existing lock row (an expired one it may
+  take over, or one committed after its snapshot) waits for that row, and an unlock or release
+  deletes several rows; both go through them in ascending token id.
 """
 
 # Draw the fence of a new selection: strictly increasing across every replica.
@@ -64,6 +69,7 @@ granted AS (
     INSERT INTO locks_tokenlock AS l (token_id, spender_tx_id, fence, created_at, expires_at)
     SELECT id, %(tx_id)s, %(fence)s, now(), now() + %(lease)s * interval '1 second'
     FROM chosen
+    ORDER BY id
     ON CONFLICT (token_id) DO UPDATE
         SET spender_tx_id = EXCLUDED.spender_tx_id, fence = EXCLUDED.fence,
             created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
@@ -91,6 +97,7 @@ WITH wanted AS (
 INSERT INTO locks_tokenlock AS l (token_id, spender_tx_id, fence, created_at, expires_at)
 SELECT id, %(tx_id)s, %(fence)s, now(), now() + %(lease)s * interval '1 second'
 FROM wanted
+ORDER BY id
 ON CONFLICT (token_id) DO UPDATE
     SET spender_tx_id = EXCLUDED.spender_tx_id, fence = EXCLUDED.fence,
         created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
@@ -99,9 +106,20 @@ RETURNING token_id, expires_at
 """
 
 # Remove this selection's lock rows (all, or the given tokens). The fence keeps a stale holder
-# from deleting locks that were re-granted to a newer selection under the same tx id.
-UNLOCK_ALL = "DELETE FROM locks_tokenlock WHERE spender_tx_id = %(tx_id)s AND fence = %(fence)s"
-UNLOCK_SOME = UNLOCK_ALL + " AND token_id = ANY(%(token_ids)s)"
+# from deleting locks that were re-granted to a newer selection under the same tx id. The rows
+# are row-locked in token-id order first (see the module docstring): a plain DELETE would take
+# them in physical order and could deadlock with an insert waiting on one of them.
+UNLOCK = """
+DELETE FROM locks_tokenlock
+WHERE token_id IN (
+    SELECT token_id FROM locks_tokenlock
+    WHERE spender_tx_id = %(tx_id)s AND fence = %(fence)s {only}
+    ORDER BY token_id
+    FOR UPDATE
+)
+"""
+UNLOCK_ALL = UNLOCK.format(only="")
+UNLOCK_SOME = UNLOCK.format(only="AND token_id = ANY(%(token_ids)s)")
 
 # Authoritative totals for one wallet/currency, read only when a selection comes up short: all
 # unspent value, and the part held by live locks of other spenders.
