@@ -14,7 +14,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Min
 from django.db.models.functions import Least, Now
 from django.utils import timezone
@@ -37,6 +37,10 @@ from tokens.services import TokenSpec
 
 logger = logging.getLogger(__name__)
 
+FENCE_AND_EXISTING = (
+    "SELECT nextval('locks_fence_seq'), (SELECT id FROM locks_selection WHERE tx_id = %s)"
+)
+
 
 def _same_request(selection: Selection, wallet: str, currency: str, quantity: int) -> bool:
     return (selection.wallet, selection.currency, selection.quantity) == (
@@ -50,15 +54,20 @@ def select_tokens(tx_id: str, wallet: str, currency: str, quantity: int) -> tupl
     ``tx_id`` with different terms raises TxIdConflict. Selector errors propagate after being
     recorded for the dashboard.
     """
-    existing = Selection.objects.filter(tx_id=tx_id).first()
-    if existing is not None:
+    # One round trip both draws this selection's fence and finds an earlier one of this tx id
+    # (a repeat wastes a fence number; fences need to be unique and increasing, not dense).
+    with connection.cursor() as cursor:
+        cursor.execute(FENCE_AND_EXISTING, [tx_id])
+        fence, existing_pk = cursor.fetchone()
+    if existing_pk is not None:
+        existing = Selection.objects.get(pk=existing_pk)
         if not _same_request(existing, wallet, currency, quantity):
             raise TxIdConflict(f"transaction {tx_id} already selected different tokens")
         return existing, False
     selector = get_selector()
     started, outcome, stats = time.monotonic(), "error", None
     try:
-        picked = selector.select(tx_id, wallet, currency, quantity)
+        picked = selector.select(tx_id, wallet, currency, quantity, fence=fence)
         outcome, stats = "success", picked.stats
     except (InsufficientFunds, FundsLocked) as exc:
         outcome = "insufficient_funds" if isinstance(exc, InsufficientFunds) else "funds_locked"
@@ -68,12 +77,11 @@ def select_tokens(tx_id: str, wallet: str, currency: str, quantity: int) -> tupl
     finally:
         metrics.record_selection(time.monotonic() - started, outcome, stats)
     try:
-        with transaction.atomic():
-            selection = Selection.objects.create(
-                tx_id=tx_id, wallet=wallet, currency=currency, quantity=Decimal(quantity),
-                total=Decimal(picked.total), fence=picked.fence,
-                token_ids=list(picked.token_ids), expires_at=picked.expires_at,
-            )
+        selection = _insert(
+            tx_id=tx_id, wallet=wallet, currency=currency, quantity=Decimal(quantity),
+            total=Decimal(picked.total), fence=picked.fence,
+            token_ids=list(picked.token_ids), expires_at=picked.expires_at,
+        )
     except IntegrityError:
         # A concurrent request with the same tx id won: give back what we took (our fence
         # keeps its locks safe) and answer as a repeat would.
@@ -85,6 +93,15 @@ def select_tokens(tx_id: str, wallet: str, currency: str, quantity: int) -> tupl
     logger.info("selected %s for %s: %d token(s), total %s, %d lock attempt(s)",
                 picked.key, tx_id, len(picked.tokens), picked.total, picked.stats.lock_attempts)
     return selection, True
+
+
+def _insert(**fields: object) -> Selection:
+    # A single INSERT is atomic by itself: outside a transaction, skip BEGIN/COMMIT (two round
+    # trips on the hot path); inside one, a savepoint keeps a conflict from aborting it.
+    if connection.in_atomic_block:
+        with transaction.atomic():
+            return Selection.objects.create(**fields)
+    return Selection.objects.create(**fields)
 
 
 def _record_failure(tx_id: str, wallet: str, currency: str, quantity: int,
