@@ -179,6 +179,11 @@ SHERDLOCK = {
     "MAX_RETRIES": int(os.environ.get("SHERDLOCK_MAX_RETRIES", 5)),
     "FETCH_LIMIT": int(os.environ.get("SHERDLOCK_FETCH_LIMIT", 64)),
     "CACHE_TTL": float(os.environ.get("SHERDLOCK_CACHE_TTL", 1.0)),
+    # Real-time caches: one LISTEN connection per replica process applies token and lock
+    # changes to its cache (locks.listener). While it is connected the cache keeps queues for
+    # CACHE_TTL_LISTENING; while it is not, or with LISTEN off, for CACHE_TTL.
+    "LISTEN": env_bool("SHERDLOCK_LISTEN", True),
+    "CACHE_TTL_LISTENING": float(os.environ.get("SHERDLOCK_CACHE_TTL_LISTENING", 30.0)),
     "BACKOFF_ATTEMPTS": int(os.environ.get("SHERDLOCK_BACKOFF_ATTEMPTS", 3)),
     "BACKOFF_MIN": float(os.environ.get("SHERDLOCK_BACKOFF_MIN", 0.005)),
     "BACKOFF_MAX": float(os.environ.get("SHERDLOCK_BACKOFF_MAX", 0.05)),

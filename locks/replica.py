@@ -1,27 +1,45 @@
-"""This process's replica: one selector (with its token cache) over the PostgreSQL store."""
+"""This process's replica: one selector (with its token cache) over the PostgreSQL store, and
+the listener that keeps that cache current from the database's change notifications."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 
 from django.conf import settings
 
+from locks.listener import CacheListener, django_connect
 from locks.store import PostgresTokenStore
 from sherdlock import BackoffPolicy, Selector, SelectorConfig
 
 _lock = threading.Lock()
 _selector: Selector | None = None
+_listener: CacheListener | None = None
 _pid: int | None = None
+_exit_hook_registered = False
 
 
-def selector_config(options: dict[str, object] | None = None) -> SelectorConfig:
-    """Build the selector configuration from ``settings.SHERDLOCK``."""
+def listener_enabled(options: dict[str, object] | None = None) -> bool:
+    """Tell whether replicas run a cache listener (``SHERDLOCK["LISTEN"]``, default on)."""
     o = options if options is not None else settings.SHERDLOCK
+    return bool(o.get("LISTEN", True))
+
+
+def selector_config(
+    options: dict[str, object] | None = None, listening: bool = False
+) -> SelectorConfig:
+    """Build the selector configuration from ``settings.SHERDLOCK``.
+
+    With a listener the cache ttl is ``CACHE_TTL_LISTENING``: notifications keep the queues
+    current, so they need not be thrown away every second.
+    """
+    o = options if options is not None else settings.SHERDLOCK
+    ttl = o.get("CACHE_TTL_LISTENING", o["CACHE_TTL"]) if listening else o["CACHE_TTL"]
     return SelectorConfig(
         max_retries=int(o["MAX_RETRIES"]),
         fetch_limit=int(o["FETCH_LIMIT"]),
-        cache_ttl=float(o["CACHE_TTL"]),
+        cache_ttl=float(ttl),
         backoff=BackoffPolicy(
             attempts=int(o["BACKOFF_ATTEMPTS"]),
             min_delay=float(o["BACKOFF_MIN"]),
@@ -31,18 +49,65 @@ def selector_config(options: dict[str, object] | None = None) -> SelectorConfig:
 
 
 def get_selector() -> Selector:
-    """Return this process's selector, creating it on first use (and again after a fork)."""
-    global _selector, _pid
+    """Return this process's selector, creating it (and its listener) on first use.
+
+    Creation is lazy and per process: gunicorn forks its workers before they serve anything,
+    and each worker gets its own selector and listener; management commands and Celery
+    workers that never select start neither.
+    """
+    global _selector, _listener, _pid
     with _lock:
-        if _selector is None or _pid != os.getpid():
-            store = PostgresTokenStore(lease=float(settings.SHERDLOCK["LEASE_SECONDS"]))
-            _selector = Selector(store, selector_config())
-            _pid = os.getpid()
+        pid = os.getpid()
+        if _selector is None or _pid != pid:
+            if _pid != pid:
+                # Forked: the parent's listener thread did not come along, and its socket and
+                # connection belong to the parent. Drop the reference without closing them.
+                _listener = None
+            options = settings.SHERDLOCK
+            listen = listener_enabled(options)
+            store = PostgresTokenStore(lease=float(options["LEASE_SECONDS"]))
+            _selector = Selector(store, selector_config(options, listening=listen))
+            _pid = pid
+            if listen:
+                _listener = CacheListener(
+                    _selector.cache, django_connect(),
+                    fallback_ttl=float(options["CACHE_TTL"]),
+                    # A few fetches' worth: enough to serve from news, small enough to stay
+                    # a random sample of a big wallet rather than a copy of it.
+                    queue_limit=4 * _selector.config.fetch_limit,
+                )
+                _listener.start()
+                _register_exit_hook()
         return _selector
 
 
+def get_listener() -> CacheListener | None:
+    """Return this process's cache listener, if it runs one (connected or not)."""
+    with _lock:
+        return _listener if _pid == os.getpid() else None
+
+
+def stop_listener(timeout: float = 5.0) -> bool:
+    """Stop this process's listener; the selector goes on with its short cache ttl."""
+    global _listener
+    with _lock:
+        listener, _listener = _listener, None
+    return listener.stop(timeout) if listener is not None else True
+
+
 def reset() -> None:
-    """Forget this process's selector (tests, settings changes)."""
+    """Forget this process's selector and stop its listener (tests, settings changes)."""
     global _selector
+    stop_listener()
     with _lock:
         _selector = None
+
+
+def _register_exit_hook() -> None:
+    """Stop the listener at interpreter exit, closing its connection cleanly."""
+    global _exit_hook_registered
+    if not _exit_hook_registered:
+        # Registered once per interpreter; forked children inherit it, and stop() leaves
+        # the parent's listener alone when called from a child.
+        atexit.register(stop_listener, 1.0)
+        _exit_hook_registered = True

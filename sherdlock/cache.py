@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections import OrderedDict, deque
@@ -71,17 +72,31 @@ class TokenCache:
             queue.stamp = now
             self._append(key, queue, candidates)
 
-    def add(self, key: WalletKey, candidates: Iterable[Candidate]) -> None:
-        """Append newly issued tokens to the queue of `key` without restamping it."""
+    def add(
+        self,
+        key: WalletKey,
+        candidates: Iterable[Candidate],
+        create: bool = True,
+        rng: random.Random | None = None,
+        limit: int | None = None,
+    ) -> None:
+        """Append newly issued tokens to the queue of `key` without restamping it.
+
+        With `create` False tokens are added only to a fresh queue that already exists: news
+        about every wallet in the system must not crowd out the queues this replica uses.
+        With `rng` each token goes to a random place in the queue instead of its end: replicas
+        that all hear of the same tokens would otherwise all try them in the same order.
+        With `limit` tokens are added only while the queue holds fewer than that many.
+        """
         candidates = list(candidates)
         with self._lock:
             now = self._clock()
             queue = self._fresh(key, now)
-            if not candidates:
+            if not candidates or (queue is None and not create):
                 return
             if queue is None:
                 queue = self._create(key, now)
-            self._append(key, queue, candidates)
+            self._append(key, queue, candidates, rng, limit)
 
     def take(
         self, key: WalletKey, need: int, exclude: Collection[int] = frozenset()
@@ -220,18 +235,30 @@ class TokenCache:
             self._remove(oldest)
         return queue
 
-    def _append(self, key: WalletKey, queue: _Queue, candidates: Iterable[Candidate]) -> None:
-        """Append candidates not yet queued."""
+    def _append(
+        self,
+        key: WalletKey,
+        queue: _Queue,
+        candidates: Iterable[Candidate],
+        rng: random.Random | None = None,
+        limit: int | None = None,
+    ) -> None:
+        """Append candidates not yet queued (with `rng`, insert each at a random place)."""
         for candidate in candidates:
             token_id = candidate.token_id
             if token_id in queue.members:
                 continue
+            if limit is not None and len(queue.members) >= limit:
+                break
             other = self._where.get(token_id)
             if other is not None and other != key:
                 # A token belongs to one wallet/currency; trust the newest information.
                 self._queues[other].members.pop(token_id, None)
             queue.members[token_id] = candidate
-            queue.order.append(candidate)
+            if rng is None:
+                queue.order.append(candidate)
+            else:
+                queue.order.insert(rng.randint(0, len(queue.order)), candidate)
             self._where[token_id] = key
 
     def _compact(self, queue: _Queue) -> None:

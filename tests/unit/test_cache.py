@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 
 import pytest
@@ -80,6 +81,45 @@ def test_put_replaces_a_stale_queue(cache, clock):
 def test_add_creates_a_queue_for_new_tokens(cache):
     cache.add(EUR, cands((9, 4)))
     assert cache.take(EUR, 4) == cands((9, 4))
+
+
+def test_add_without_create_only_extends_a_fresh_existing_queue(cache, clock):
+    cache.add(EUR, cands((9, 4)), create=False)
+    assert cache.peek(EUR) == [] and len(cache) == 0
+
+    cache.put(USD, cands((1, 1)))
+    cache.add(USD, cands((2, 1), (1, 1)), create=False)
+    assert [c.token_id for c in cache.peek(USD)] == [1, 2]
+
+    clock.advance(1.0)  # stale: dropped, not revived
+    cache.add(USD, cands((3, 1)), create=False)
+    assert cache.peek(USD) == [] and len(cache) == 0
+
+
+def test_add_with_rng_spreads_tokens_through_the_queue(cache):
+    queued = cands(*((t, 1) for t in range(100)))
+    new = cands(*((t, 1) for t in range(100, 110)))
+    orders = []
+    for seed in (1, 2):
+        cache.invalidate()
+        cache.put(USD, queued)
+        cache.add(USD, new, create=False, rng=random.Random(seed))
+        order = [c.token_id for c in cache.peek(USD)]
+        assert sorted(order) == list(range(110))
+        assert [t for t in order if t < 100] == list(range(100))  # the rest keeps its order
+        orders.append([order.index(c.token_id) for c in new])
+    # Not all at the end, and not at the same places for two replicas (seeds).
+    assert min(orders[0]) < 100 and orders[0] != orders[1]
+    cache.add(USD, new, rng=random.Random(3))  # already queued: no duplicates
+    assert len(cache.peek(USD)) == 110
+
+
+def test_add_with_a_limit_stops_at_that_many_queued(cache):
+    cache.put(USD, cands((1, 1), (2, 1)))
+    cache.add(USD, cands((1, 1), (3, 1), (4, 1), (5, 1)), limit=4)
+    assert [c.token_id for c in cache.peek(USD)] == [1, 2, 3, 4]
+    cache.add(USD, cands((6, 1)), limit=4)
+    assert len(cache.peek(USD)) == 4
 
 
 def test_empty_put_does_not_evict(cache):

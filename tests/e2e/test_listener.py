@@ -1,0 +1,399 @@
+"""Replica caches kept current by LISTEN/NOTIFY, across OS processes.
+
+The test process is one replica (``locks.replica``, listener on); a child process driven over
+its stdin/stdout is the other. Every wait polls with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from decimal import Decimal
+
+import psycopg
+import pytest
+from django.db import connection
+from prometheus_client import REGISTRY
+
+from locks import replica
+from locks.listener import CacheListener
+from sherdlock import TokenCache, WalletKey
+from tests.conftest import ROOT
+from tests.e2e.test_contention import assert_books_balance, assert_never_held_twice, run_replicas
+from tests.factories import make_tokens
+from tokens.services import TokenSpec, issue_tokens
+
+WAIT = 20.0  # seconds any awaited change may take before the test fails
+
+# A replica under remote control: one JSON command per stdin line, one JSON reply per line.
+WORKER = """
+import json, sys
+import django
+django.setup()
+from django.db import transaction
+from django.utils import timezone
+from locks import replica
+from sherdlock import WalletKey
+from tokens.models import Token
+
+selector = replica.get_selector()
+listener = replica.get_listener()
+if listener is not None and not listener.wait_connected(30):
+    sys.exit("the listener never connected")
+held = {}
+
+def handle(cmd):
+    op = cmd["op"]
+    if op == "select":
+        selection = selector.select(cmd["tx"], cmd["wallet"], "USD", cmd["quantity"])
+        held[cmd["tx"]] = selection
+        s = selection.stats
+        return {"tokens": list(selection.token_ids), "fetches": s.fetches,
+                "lock_attempts": s.lock_attempts, "lock_conflicts": s.lock_conflicts}
+    if op == "release":
+        return {"released": selector.release(held.pop(cmd["tx"]))}
+    if op == "spend":  # pay cmd["pay"] away, the change back to the same wallet
+        selection = held.pop(cmd["tx"])
+        with transaction.atomic():
+            Token.objects.filter(pk__in=selection.token_ids).update(
+                spent_by=selection.tx_id, spent_at=timezone.now())
+            change = Token.objects.create(
+                tx_id=selection.tx_id, index=0, wallet=selection.key.wallet, currency="USD",
+                quantity=selection.total - cmd["pay"])
+        selector.forget(selection.token_ids, selection.key)
+        return {"change": change.pk}
+    if op == "peek":
+        key = WalletKey(cmd["wallet"], "USD")
+        return {"tokens": [[c.token_id, c.quantity] for c in selector.cache.peek(key)]}
+    raise ValueError(op)
+
+print(json.dumps({"listening": listener is not None}), flush=True)
+for line in sys.stdin:
+    try:
+        reply = handle(json.loads(line))
+    except Exception as exc:
+        reply = {"error": repr(exc)}
+    print(json.dumps(reply), flush=True)
+"""
+
+
+class Worker:
+    """A replica in a child process, driven one command at a time."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", WORKER], cwd=ROOT, env=env, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        self.hello = self._read()
+
+    def _read(self) -> dict:
+        ready, _, _ = select.select([self.process.stdout], [], [], WAIT * 3)
+        line = self.process.stdout.readline() if ready else ""
+        if not line:
+            self.process.kill()
+            pytest.fail(f"worker gave no answer: {self.process.stderr.read()[-3000:]}")
+        reply = json.loads(line)
+        assert "error" not in reply, reply["error"]
+        return reply
+
+    def __call__(self, op: str, **args: object) -> dict:
+        self.process.stdin.write(json.dumps({"op": op, **args}) + "\n")
+        self.process.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=WAIT)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.stdout.close()
+            self.process.stderr.close()
+
+
+@pytest.fixture
+def start_worker(subprocess_env):
+    workers: list[Worker] = []
+
+    def start(**env: str) -> Worker:
+        worker = Worker({**subprocess_env, **env})
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.close()
+
+
+@pytest.fixture
+def local(transactional_db, settings):
+    """This process as a replica with its listener connected; stopped afterwards."""
+    settings.SHERDLOCK = {**settings.SHERDLOCK, "LISTEN": True}
+    replica.reset()
+    selector = replica.get_selector()
+    listener = replica.get_listener()
+    assert listener is not None and listener.wait_connected(WAIT)
+    yield selector, listener
+    replica.reset()
+
+
+def wait_for(predicate: Callable[[], object], what: str, timeout: float = WAIT) -> object:
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+    return value
+
+
+def queued(selector, wallet: str) -> dict[int, int]:
+    return {c.token_id: c.quantity for c in selector.cache.peek(WalletKey(wallet, "USD"))}
+
+
+def metric(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
+
+
+def test_a_token_issued_elsewhere_is_selected_from_a_warm_cache(transactional_db,
+                                                                 start_worker):
+    make_tokens(2, wallet="w", quantity=1)
+    worker = start_worker()
+    assert worker.hello["listening"]
+    first = worker("select", tx="a-1", wallet="w", quantity=1)  # warms: one locked, one cached
+    assert first["fetches"] == 1
+    assert len(worker("peek", wallet="w")["tokens"]) == 1
+
+    (issued,), _ = issue_tokens([TokenSpec("issuer", 0, "w", "USD", 100)])  # by this process
+    wait_for(lambda: [issued.pk, 100] in worker("peek", wallet="w")["tokens"],
+             "the other replica to hear of the new token")
+
+    second = worker("select", tx="a-2", wallet="w", quantity=50)
+    assert issued.pk in second["tokens"]
+    assert second["fetches"] == 0  # the cached token alone (1) could not have covered 50
+    assert second["lock_conflicts"] == 0
+
+
+def test_a_token_locked_elsewhere_is_never_attempted(local, start_worker):
+    selector, listener = local
+    tokens = make_tokens(10, wallet="w", quantity=10)
+    mine = selector.select("a-1", "w", "USD", 10)  # locks one, caches the other nine
+    assert mine.stats.fetches == 1 and len(queued(selector, "w")) == 9
+
+    theirs = start_worker()("select", tx="b-1", wallet="w", quantity=80)["tokens"]
+    assert len(theirs) == 8
+    free = {t.pk for t in tokens} - set(mine.token_ids) - set(theirs)
+    wait_for(lambda: set(queued(selector, "w")) == free, "the other replica's locks to arrive")
+
+    again = selector.select("a-2", "w", "USD", 10)
+    assert set(again.token_ids) == free
+    assert (again.stats.lock_attempts, again.stats.lock_conflicts) == (1, 0)
+    assert again.stats.fetches == 0
+    assert listener.stats.received["locked"] >= 2  # theirs, and our own (harmless)
+
+
+def test_released_tokens_come_back_and_spent_ones_leave(local, start_worker):
+    selector, _ = local
+    make_tokens(6, wallet="w", quantity=10)
+    mine = selector.select("a-1", "w", "USD", 10)
+    cached = set(queued(selector, "w"))
+    assert len(cached) == 5
+    worker = start_worker()
+
+    taken = set(worker("select", tx="b-1", wallet="w", quantity=20)["tokens"])
+    wait_for(lambda: set(queued(selector, "w")) == cached - taken, "the locks to arrive")
+    worker("release", tx="b-1")
+    wait_for(lambda: queued(selector, "w") == dict.fromkeys(cached, 10), "the release to arrive")
+
+    spent = set(worker("select", tx="b-2", wallet="w", quantity=10)["tokens"])
+    change = worker("spend", tx="b-2", pay=4)["change"]
+    expected = dict.fromkeys(cached - spent, 10) | {change: 6}
+    wait_for(lambda: queued(selector, "w") == expected, "the spend and its change to arrive")
+
+    everything = selector.select("a-2", "w", "USD", 46)
+    assert set(everything.token_ids) == set(expected)
+    assert everything.stats.fetches == 0 and everything.stats.lock_conflicts == 0
+    assert not set(everything.token_ids) & set(mine.token_ids)
+
+
+def test_the_listener_reconnects_after_its_backend_is_killed(local):
+    selector, listener = local
+    make_tokens(4, wallet="w", quantity=10)
+    selector.select("a-1", "w", "USD", 10)
+    assert queued(selector, "w")
+    killed = listener.backend_pid
+    reconnects = metric("sherdlock_listener_reconnects_total")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [killed])
+        assert cursor.fetchone()[0]
+
+    wait_for(lambda: listener.stats.reconnects == 1 and listener.connected, "a reconnection")
+    assert listener.backend_pid not in (None, killed)
+    assert metric("sherdlock_listener_reconnects_total") == reconnects + 1
+    # What happened while nobody listened is unknown: the cache was dropped.
+    assert len(selector.cache) == 0
+
+    selector.select("a-2", "w", "USD", 10)  # warm again, then hear news on the new session
+    (issued,), _ = issue_tokens([TokenSpec("issuer", 0, "w", "USD", 7)])
+    wait_for(lambda: queued(selector, "w").get(issued.pk) == 7, "news after the reconnection")
+
+
+def test_the_cache_falls_back_to_the_short_ttl_while_not_listening(db_url):
+    cache = TokenCache(ttl=30.0)
+    gate = threading.Event()
+    attempts = []
+
+    def connect() -> psycopg.Connection:
+        attempts.append(time.monotonic())
+        if not gate.is_set():
+            raise psycopg.OperationalError("database unreachable")
+        return psycopg.connect(db_url, autocommit=True)
+
+    listener = CacheListener(cache, connect, fallback_ttl=0.5, backoff=(0.01, 0.05))
+    listener.start()
+    try:
+        wait_for(lambda: len(attempts) >= 3, "retries")
+        assert cache.ttl == 0.5 and not listener.connected
+        gate.set()
+        assert listener.wait_connected(WAIT)
+        assert cache.ttl == 30.0 and listener.stats.connects == 1
+    finally:
+        assert listener.stop()
+    assert not listener.running and cache.ttl == 0.5
+
+
+def test_an_overflow_drops_only_that_key(local):
+    selector, listener = local
+    make_tokens(3, wallet="w", quantity=10)
+    make_tokens(3, wallet="v", quantity=10)
+    selector.select("a-1", "w", "USD", 10)
+    selector.select("a-2", "v", "USD", 10)
+    assert len(queued(selector, "w")) == 2 and len(queued(selector, "v")) == 2
+    issued = listener.stats.received["issued"]
+    make_tokens(1500, wallet="w")  # one statement: too many ids for one payload
+    wait_for(lambda: listener.stats.received["overflow"] == 1, "the overflow")
+    assert queued(selector, "w") == {} and len(queued(selector, "v")) == 2
+    assert listener.stats.received["issued"] == issued
+
+
+def test_stopping_closes_the_listening_session(local):
+    _, listener = local
+    pid = listener.backend_pid
+
+    def sessions() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
+            return cursor.fetchone()[0]
+
+    assert sessions() == 1
+    replica.reset()
+    assert not listener.running and replica.get_listener() is None
+    wait_for(lambda: sessions() == 0, "the session to end")
+
+
+FORK = """
+import json, os, sys, time
+import django
+django.setup()
+from locks import replica
+from sherdlock import WalletKey
+from tokens.services import TokenSpec, issue_tokens
+
+selector = replica.get_selector()
+parent = replica.get_listener()
+assert parent.wait_connected(30)
+before = parent.backend_pid
+selector.select("parent-1", "f", "USD", 1)  # a queue for "f", so news about it is kept
+
+def child(use_selector):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        report = {"inherited": replica.get_listener() is not None}
+        if use_selector:
+            replica.get_selector()
+            mine = replica.get_listener()
+            report.update(connected=mine.wait_connected(30), backend=mine.backend_pid)
+        os.write(write, json.dumps(report).encode())
+        sys.exit(0)  # runs the exit hook inherited from the parent
+    os.close(write)
+    report = json.loads(os.read(read, 4096))
+    os.waitpid(pid, 0)
+    return report
+
+first, second = child(True), child(False)
+(issued,), _ = issue_tokens([TokenSpec("fork", 0, "f", "USD", 5)])
+deadline = time.monotonic() + 30
+key = WalletKey("f", "USD")
+while issued.pk not in {c.token_id for c in selector.cache.peek(key)}:
+    if time.monotonic() > deadline:
+        break
+    time.sleep(0.02)
+print(json.dumps({"first": first, "second": second, "before": before,
+                  "after": parent.backend_pid, "connected": parent.connected,
+                  "reconnects": parent.stats.reconnects,
+                  "heard": issued.pk in {c.token_id for c in selector.cache.peek(key)}}))
+"""
+
+
+def test_a_forked_worker_gets_its_own_listener_and_leaves_the_parents_alone(
+        transactional_db, subprocess_env):
+    make_tokens(2, wallet="f", quantity=1)
+    result = subprocess.run([sys.executable, "-c", FORK], cwd=ROOT, env=subprocess_env,
+                            capture_output=True, text=True, timeout=WAIT * 4)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["first"]["inherited"] is False and report["first"]["connected"] is True
+    assert report["first"]["backend"] != report["before"]
+    assert report["second"] == {"inherited": False}
+    # Both children exited (running the exit hook); the parent's session is untouched.
+    assert report["connected"] and report["after"] == report["before"]
+    assert report["reconnects"] == 0 and report["heard"]
+
+
+def test_with_the_listener_off_the_selector_works_alone(transactional_db, settings):
+    settings.SHERDLOCK = {**settings.SHERDLOCK, "LISTEN": False, "CACHE_TTL": 1.0}
+    replica.reset()
+    try:
+        selector = replica.get_selector()
+        assert replica.get_listener() is None and selector.cache.ttl == 1.0
+        make_tokens(3, wallet="w", quantity=10)
+        assert selector.select("a-1", "w", "USD", 25).total == 30
+    finally:
+        replica.reset()
+
+
+def test_hot_wallet_replicas_without_listeners_never_double_spend(tmp_path, subprocess_env):
+    # test_contention runs the same with listeners on (the default).
+    make_tokens(200, wallet="hot", quantity=10)
+    env = {**subprocess_env, "SHERDLOCK_LISTEN": "0"}
+    records = run_replicas(tmp_path, env, 8, wallets=["hot"], selections=12,
+                           min_quantity=1, max_quantity=40)
+    assert len(records) == 8 * 12
+    assert {r["outcome"] for r in records} == {"selected"}
+    assert_never_held_twice(records)
+    assert_books_balance(records, Decimal(2000))
+
+
+def test_loading_the_apps_starts_no_listener(subprocess_env):
+    # Management commands and Celery workers load every app but never select.
+    probe = (
+        "import threading, django\n"
+        "django.setup()\n"
+        "from django.core.management import call_command\n"
+        "call_command('check', verbosity=0)\n"
+        "from locks import replica\n"
+        "print(replica.get_listener() is None,"
+        " any(t.name == 'sherdlock-listener' for t in threading.enumerate()))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=subprocess_env,
+                            capture_output=True, text=True, timeout=WAIT * 3)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-1].split() == ["True", "False"]
