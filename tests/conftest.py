@@ -59,3 +59,15 @@ def subprocess_env(db_url: str) -> dict[str, str]:
 @pytest.fixture
 def python() -> str:
     return sys.executable
+
+
+@pytest.fixture(autouse=True)
+def _no_listener_outlives_its_test():
+    """Stop this process's replica (and its LISTEN connection) after any test that made one.
+
+    A listener left connected to the test database would keep it from being dropped.
+    """
+    yield
+    replica = sys.modules.get("locks.replica")
+    if replica is not None:
+        replica.reset()
