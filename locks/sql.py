@@ -12,6 +12,22 @@ them from deadlocking with each other, with spends and with releases:
 # Draw the fence of a new selection: strictly increasing across every replica.
 NEXT_FENCE = "SELECT nextval('locks_fence_seq')"
 
+# The lock insert both locking statements share, fed by a row source of token ids whose token
+# rows the statement already holds FOR UPDATE. It inserts in token-id order (see above) and takes
+# over a lock only if that lock's lease has run out; a live lock is left alone and its token is
+# simply not returned, i.e. not granted.
+LOCK_INSERT = """
+INSERT INTO locks_tokenlock AS l (token_id, spender_tx_id, fence, created_at, expires_at)
+SELECT id, %(tx_id)s, %(fence)s, now(), now() + %(lease)s * interval '1 second'
+FROM {source}
+ORDER BY id
+ON CONFLICT (token_id) DO UPDATE
+    SET spender_tx_id = EXCLUDED.spender_tx_id, fence = EXCLUDED.fence,
+        created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+    WHERE l.expires_at <= now()
+RETURNING token_id, expires_at
+"""
+
 # Read up to %(limit)s unspent, unlocked tokens of one wallet/currency and lock a random prefix of
 # them that covers %(need)s, in one round trip.
 # - A random pivot in the wallet's id range, then a walk of the partial index from there (and a
@@ -66,21 +82,12 @@ chosen AS (
     SELECT id FROM ranked WHERE running - quantity < %(need)s
 ),
 granted AS (
-    INSERT INTO locks_tokenlock AS l (token_id, spender_tx_id, fence, created_at, expires_at)
-    SELECT id, %(tx_id)s, %(fence)s, now(), now() + %(lease)s * interval '1 second'
-    FROM chosen
-    ORDER BY id
-    ON CONFLICT (token_id) DO UPDATE
-        SET spender_tx_id = EXCLUDED.spender_tx_id, fence = EXCLUDED.fence,
-            created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
-        WHERE l.expires_at <= now()
-    RETURNING token_id, expires_at
-)
+{lock_insert})
 SELECT r.id, r.quantity, r.running - r.quantity < %(need)s AS attempted,
        g.token_id IS NOT NULL AS granted, g.expires_at
 FROM ranked r LEFT JOIN granted g ON g.token_id = r.id
 ORDER BY r.running
-"""
+""".replace("{lock_insert}", LOCK_INSERT.format(source="chosen"))
 
 # Lock a batch of cached candidates in one round trip; grant only those still unspent and not
 # live-locked. FOR UPDATE on the token rows makes the spent check exact: a spend that committed
@@ -94,16 +101,7 @@ WITH wanted AS (
     ORDER BY t.id
     FOR UPDATE OF t SKIP LOCKED
 )
-INSERT INTO locks_tokenlock AS l (token_id, spender_tx_id, fence, created_at, expires_at)
-SELECT id, %(tx_id)s, %(fence)s, now(), now() + %(lease)s * interval '1 second'
-FROM wanted
-ORDER BY id
-ON CONFLICT (token_id) DO UPDATE
-    SET spender_tx_id = EXCLUDED.spender_tx_id, fence = EXCLUDED.fence,
-        created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
-    WHERE l.expires_at <= now()
-RETURNING token_id, expires_at
-"""
+{lock_insert}""".replace("{lock_insert}", LOCK_INSERT.format(source="wanted"))
 
 # Remove this selection's lock rows (all, or the given tokens). The fence keeps a stale holder
 # from deleting locks that were re-granted to a newer selection under the same tx id. The rows
