@@ -1,0 +1,52 @@
+"""Shared helpers of the selector unit tests: a spying store and small factories."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from sherdlock import (
+    Candidate,
+    InMemoryStore,
+    LockOutcome,
+    Selection,
+    Selector,
+    SelectorConfig,
+    WalletKey,
+)
+
+
+class SpyStore:
+    """Delegate to a store, recording every id submitted to try_lock."""
+
+    def __init__(self, inner: InMemoryStore) -> None:
+        self.inner = inner
+        self.submitted: list[int] = []
+
+    def try_lock(self, tx_id: str, fence: int, candidates: Sequence[Candidate]) -> LockOutcome:
+        self.submitted.extend(c.token_id for c in candidates)
+        return self.inner.try_lock(tx_id, fence, candidates)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def make_selector(store, clock, sleeper, seed: int = 1, **config) -> Selector:
+    return Selector(
+        store, SelectorConfig(**config), rng=random.Random(seed), sleep=sleeper, clock=clock
+    )
+
+
+def issue(store: InMemoryStore, key: WalletKey, quantities: Sequence[int], first_id: int = 1):
+    for offset, quantity in enumerate(quantities):
+        store.add_token(first_id + offset, key.wallet, key.currency, quantity)
+
+
+def locks_of(store: InMemoryStore, tx_id: str) -> set[int]:
+    return {t for t, (tx, _, _) in store.locks().items() if tx == tx_id}
+
+
+def assert_owns(store: InMemoryStore, selection: Selection) -> None:
+    live = store.live_locks()
+    for token_id in selection.token_ids:
+        assert live[token_id][:2] == (selection.tx_id, selection.fence)

@@ -1,0 +1,229 @@
+"""Selector and its replica cache: local holds, stale and expired queues, stats."""
+
+from __future__ import annotations
+
+import pytest
+
+from sherdlock import (
+    BackoffPolicy,
+    Candidate,
+    FetchResult,
+    FundsLocked,
+    InMemoryStore,
+    InvalidRequest,
+)
+from tests.unit.selector_helpers import SpyStore, assert_owns, issue, locks_of, make_selector
+
+
+def test_held_tokens_are_never_submitted_again(store, clock, sleeper, key):
+    issue(store, key, [1] * 8)
+    spy = SpyStore(store)
+    selector = make_selector(spy, clock, sleeper)
+    held = selector.select("tx-a", key.wallet, key.currency, 3)
+    # A concurrent fetch that started before our locks puts them back as spare.
+    selector.cache.put(key, [*held.tokens, *selector.cache.peek(key)])
+    assert set(held.token_ids) <= {c.token_id for c in selector.cache.peek(key)}
+
+    other = selector.select("tx-b", key.wallet, key.currency, 4)
+
+    assert spy.submitted, "the cache was used"
+    assert set(spy.submitted).isdisjoint(held.token_ids)
+    assert other.stats.lock_conflicts == 0
+    assert set(other.token_ids).isdisjoint(held.token_ids)
+
+
+def test_without_local_hold_the_store_still_refuses(store, clock, sleeper, key):
+    issue(store, key, [1] * 8)
+    spy = SpyStore(store)
+    selector = make_selector(spy, clock, sleeper)
+    held = selector.select("tx-a", key.wallet, key.currency, 3)
+    selector.cache.unhold(held.token_ids)
+    selector.cache.invalidate()
+    selector.cache.put(key, held.tokens)
+
+    other = selector.select("tx-b", key.wallet, key.currency, 3)
+
+    assert set(spy.submitted) == set(held.token_ids)
+    assert other.stats.lock_conflicts == 3
+    assert set(other.token_ids).isdisjoint(held.token_ids)
+
+
+def test_stale_cache_yields_conflicts_never_double_grants(store, clock, sleeper, key):
+    issue(store, key, [1] * 12)
+    a = make_selector(store, clock, sleeper, seed=1)
+    b = make_selector(store, clock, sleeper, seed=2)
+    first = a.select("tx-a1", key.wallet, key.currency, 1)
+    cached = {c.token_id for c in a.cache.peek(key)}
+    taken = b.select("tx-b", key.wallet, key.currency, 9)  # leaves 2 tokens free
+
+    second = a.select("tx-a2", key.wallet, key.currency, 2)
+
+    assert second.stats.lock_conflicts > 0
+    assert second.stats.lock_attempts == second.stats.lock_conflicts + second.stats.cache_hits
+    assert set(second.token_ids).isdisjoint(taken.token_ids)
+    assert set(second.token_ids).isdisjoint(first.token_ids)
+    assert cached & set(taken.token_ids)
+    for selection in (first, taken, second):
+        assert_owns(store, selection)
+
+
+def test_expired_cache_is_not_used(store, clock, sleeper, key):
+    issue(store, key, [1] * 6)
+    selector = make_selector(store, clock, sleeper, cache_ttl=0.5)
+    selector.select("tx-1", key.wallet, key.currency, 1)
+    assert selector.cache.peek(key)
+
+    clock.advance(0.5)
+    selection = selector.select("tx-2", key.wallet, key.currency, 2)
+
+    # Both tokens came from a fresh fetch, none from the stale cache.
+    assert selection.stats.cache_hits == 0 and selection.stats.fetches == 1
+    assert selection.stats.lock_attempts == 2
+
+
+def test_fresh_cache_saves_fetches(store, clock, sleeper, key):
+    issue(store, key, [1] * 6)
+    selector = make_selector(store, clock, sleeper)
+    selector.select("tx-1", key.wallet, key.currency, 1)
+
+    selection = selector.select("tx-2", key.wallet, key.currency, 2)
+
+    assert selection.stats.fetches == 0 and selection.stats.cache_hits == 2
+
+
+def test_selection_spanning_many_fetches_is_not_cut_short(store, clock, sleeper, key):
+    # Each fetch locks something, so no fetch counts as a retry.
+    issue(store, key, [1] * 50)
+    selector = make_selector(store, clock, sleeper, fetch_limit=2, max_retries=0)
+
+    selection = selector.select("tx", key.wallet, key.currency, 40)
+
+    assert selection.total == 40 and selection.stats.fetches == 20
+    assert sleeper.calls == []
+
+
+def test_release_returns_tokens_to_cache_and_drops_holds(store, clock, sleeper, key):
+    issue(store, key, [2, 2, 2])
+    selector = make_selector(store, clock, sleeper)
+    selection = selector.select("tx", key.wallet, key.currency, 6)
+    assert all(selector.cache.is_held(t) for t in selection.token_ids)
+
+    assert selector.release(selection) == 3
+
+    assert locks_of(store, "tx") == set()
+    assert not any(selector.cache.is_held(t) for t in selection.token_ids)
+    assert {c.token_id for c in selector.cache.peek(key)} == set(selection.token_ids)
+    again = selector.select("tx-2", key.wallet, key.currency, 6)
+    assert again.stats.fetches == 0
+
+
+def test_release_by_tx_id_needs_fence(store, clock, sleeper, key):
+    issue(store, key, [2, 2])
+    selector = make_selector(store, clock, sleeper)
+    selection = selector.select("tx", key.wallet, key.currency, 4)
+
+    with pytest.raises(InvalidRequest):
+        selector.release("tx")
+    with pytest.raises(InvalidRequest):
+        selector.release(selection, fence=selection.fence + 1)
+    assert selector.release("tx", selection.fence + 1) == 0
+    assert selector.release("tx", selection.fence, [selection.token_ids[0]]) == 1
+    assert selector.release("tx", selection.fence) == 1
+    assert not any(selector.cache.is_held(t) for t in selection.token_ids)
+
+
+def test_forget_drops_spent_tokens_from_cache_and_holds(store, clock, sleeper, key):
+    issue(store, key, [1] * 6)
+    selector = make_selector(store, clock, sleeper)
+    selection = selector.select("tx", key.wallet, key.currency, 2)
+    spare = selector.cache.peek(key)[0]
+    store.spend([*selection.token_ids, spare.token_id], "tx")
+
+    selector.forget([*selection.token_ids, spare.token_id])
+
+    assert spare not in selector.cache.peek(key)
+    assert not any(selector.cache.is_held(t) for t in selection.token_ids)
+
+
+class ExpiryStore(SpyStore):
+    """Report a different lease expiry per call."""
+
+    def __init__(self, inner: InMemoryStore) -> None:
+        super().__init__(inner)
+        self.expiries = iter([50.0, 40.0, 45.0])
+
+    def fetch_and_lock(self, key, tx_id, fence, need, limit) -> FetchResult:
+        result = self.inner.fetch_and_lock(key, tx_id, fence, need, limit)
+        return FetchResult(result.granted, result.spare, result.exhausted, next(self.expiries))
+
+
+def test_expiry_is_the_earliest_reported(store, clock, sleeper, key):
+    issue(store, key, [1] * 3)
+    selector = make_selector(ExpiryStore(store), clock, sleeper, fetch_limit=1)
+
+    selection = selector.select("tx", key.wallet, key.currency, 3)
+
+    assert selection.expires_at == 40.0
+
+
+def test_refetch_waits_only_without_progress(store, clock, sleeper, key):
+    issue(store, key, [1, 1, 1])
+    store.try_lock("other", 1, [Candidate(3, 1)])
+    selector = make_selector(
+        store, clock, sleeper, fetch_limit=1, max_retries=2, backoff=BackoffPolicy(attempts=0)
+    )
+
+    with pytest.raises(FundsLocked) as caught:
+        selector.select("tx", key.wallet, key.currency, 3)
+
+    # Two productive fetches, one empty exhausted fetch, then two stalled refetches.
+    assert caught.value.stats.fetches == 5
+    assert len(sleeper.calls) == 2
+    assert all(0.001 <= s <= 0.010 for s in sleeper.calls)
+
+
+class EchoStore(SpyStore):
+    """Report every granted token twice, as a buggy store might."""
+
+    def fetch_and_lock(self, key, tx_id, fence, need, limit) -> FetchResult:
+        result = self.inner.fetch_and_lock(key, tx_id, fence, need, limit)
+        return FetchResult(result.granted * 2, result.spare, result.exhausted, result.expires_at)
+
+
+def test_token_reported_twice_is_counted_once(store, clock, sleeper, key):
+    issue(store, key, [2, 2, 2])
+    selector = make_selector(EchoStore(store), clock, sleeper, fetch_limit=1)
+
+    selection = selector.select("tx", key.wallet, key.currency, 4)
+
+    assert len(set(selection.token_ids)) == len(selection.token_ids) == 2
+    assert selection.total == 4
+
+
+class RacingStore(SpyStore):
+    """Lose one row of the first fetch to a concurrent selection, as PostgreSQL may."""
+
+    def __init__(self, inner: InMemoryStore) -> None:
+        super().__init__(inner)
+        self.raced = False
+
+    def fetch_and_lock(self, key, tx_id, fence, need, limit) -> FetchResult:
+        if not self.raced:
+            self.raced = True
+            free = self.inner.fetch_and_lock(key, "racer", 1, 1, 1).granted
+            result = self.inner.fetch_and_lock(key, tx_id, fence, need, limit)
+            return FetchResult(
+                result.granted, result.spare, result.exhausted, result.expires_at, len(free)
+            )
+        return self.inner.fetch_and_lock(key, tx_id, fence, need, limit)
+
+
+def test_fetch_conflicts_are_counted(store, clock, sleeper, key):
+    issue(store, key, [1] * 4)
+    selector = make_selector(RacingStore(store), clock, sleeper)
+
+    selection = selector.select("tx", key.wallet, key.currency, 3)
+
+    # The fetch tried to lock 4 tokens (3 granted, 1 lost to the racer).
+    assert selection.stats.lock_conflicts == 1 and selection.stats.lock_attempts == 4
+    assert locks_of(store, "racer").isdisjoint(selection.token_ids)
