@@ -71,6 +71,9 @@ class Token(models.Model):
                 condition=Q(spent_at__isnull=True),
                 name="token_unspent_by_wallet",
             ),
+            # Serves a wallet's token listing (API cursor pages and admin search) in id order,
+            # spent tokens included, which the partial index above leaves out.
+            models.Index(fields=["wallet", "id"], name="token_by_wallet"),
             models.Index(fields=["spent_by"], name="token_spent_by",
                          condition=Q(spent_by__isnull=False)),
         ]

@@ -92,7 +92,15 @@ def test_selection_fences_come_from_a_strictly_increasing_sequence():
 
 
 def test_unspent_index_serves_the_candidate_query():
+    from django.utils import timezone
+
+    from tests.factories import make_tokens
+
+    for currency in ("USD", "EUR"):
+        make_tokens(500, wallet="w", currency=currency)
+    Token.objects.filter(currency="EUR").update(spent_by="s", spent_at=timezone.now())
     with connection.cursor() as cursor:
+        cursor.execute("ANALYZE tokens_token")
         cursor.execute("SET enable_seqscan = off")
         cursor.execute(
             "EXPLAIN SELECT id, quantity FROM tokens_token "
