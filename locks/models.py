@@ -40,10 +40,15 @@ class TokenLock(models.Model):
     locking is an INSERT that either wins or conflicts.
     """
 
+    # No foreign-key constraint: every lock row is inserted from the token row it locks (under
+    # that row's lock) and tokens are never deleted, so the constraint could never fail, while
+    # its check would cost every lock insert a trigger and a KEY SHARE lock on the token row.
+    # (Deleting a token through the ORM still deletes its lock first.)
     token = models.OneToOneField(
-        "tokens.Token", on_delete=models.CASCADE, primary_key=True, related_name="lock"
+        "tokens.Token", on_delete=models.CASCADE, primary_key=True, related_name="lock",
+        db_constraint=False,
     )
-    spender_tx_id = models.CharField(max_length=ID_MAX_LENGTH, db_index=True)
+    spender_tx_id = models.CharField(max_length=ID_MAX_LENGTH)
     fence = models.BigIntegerField()
     created_at = models.DateTimeField(db_default=Now())
     expires_at = models.DateTimeField()
@@ -51,7 +56,12 @@ class TokenLock(models.Model):
     objects = TokenLockQuerySet.as_manager()
 
     class Meta:
-        indexes = [models.Index(fields=["expires_at"], name="tokenlock_expires_at")]
+        indexes = [
+            models.Index(fields=["expires_at"], name="tokenlock_expires_at"),
+            # Unlocks and spends find a selection's rows by holder; matched exactly, so no
+            # pattern-ops twin (which db_index=True on a CharField would add to every insert).
+            models.Index(fields=["spender_tx_id"], name="tokenlock_spender"),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=Q(expires_at__gte=F("created_at")), name="tokenlock_expiry_after_creation"
@@ -74,7 +84,7 @@ class Selection(models.Model):
         SPENT = "spent", "spent"
         RELEASED = "released", "released"
 
-    tx_id = models.CharField(max_length=ID_MAX_LENGTH, unique=True)
+    tx_id = models.CharField(max_length=ID_MAX_LENGTH)
     wallet = models.CharField(max_length=ID_MAX_LENGTH)
     currency = models.CharField(max_length=CURRENCY_MAX_LENGTH)
     quantity = models.DecimalField(max_digits=20, decimal_places=0)
@@ -93,6 +103,8 @@ class Selection(models.Model):
             models.Index(fields=["-created_at"], name="selection_recent"),
         ]
         constraints = [
+            # A constraint rather than unique=True: no pattern-ops twin index to maintain.
+            models.UniqueConstraint(fields=["tx_id"], name="selection_tx_id_unique"),
             models.CheckConstraint(
                 condition=Q(quantity__gt=0) & Q(quantity__lte=MAX_QUANTITY),
                 name="selection_quantity_range",

@@ -66,7 +66,10 @@ class SelectionSerializer(serializers.ModelSerializer):
     @extend_schema_field(SelectedTokenSerializer(many=True))
     def get_tokens(self, selection: Selection) -> list:
         by_id = self.context.get("tokens_by_id")
-        if by_id is None:
+        held = getattr(selection, "held_tokens", None)
+        if held is not None:
+            tokens = held  # what the selecting statement returned
+        elif by_id is None:
             tokens = selection_tokens(selection)
         else:
             tokens = [by_id[pk] for pk in selection.token_ids if pk in by_id]

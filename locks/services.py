@@ -14,7 +14,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Min
 from django.db.models.functions import Least, Now
 from django.utils import timezone
@@ -31,16 +31,12 @@ from locks.errors import (
 )
 from locks.models import FailedSelection, Selection, TokenLock
 from locks.replica import get_selector
-from sherdlock import FundsLocked, InsufficientFunds
+from locks.store import RecordedSelection
+from sherdlock import ClaimRefused, FundsLocked, InsufficientFunds
 from tokens.models import Token
 from tokens.services import TokenSpec
 
 logger = logging.getLogger(__name__)
-
-FENCE_AND_EXISTING = (
-    "SELECT nextval('locks_fence_seq'), (SELECT id FROM locks_selection WHERE tx_id = %s)"
-)
-
 
 def _same_request(selection: Selection, wallet: str, currency: str, quantity: int) -> bool:
     return (selection.wallet, selection.currency, selection.quantity) == (
@@ -50,58 +46,53 @@ def _same_request(selection: Selection, wallet: str, currency: str, quantity: in
 def select_tokens(tx_id: str, wallet: str, currency: str, quantity: int) -> tuple[Selection, bool]:
     """Lock tokens worth at least ``quantity`` for ``tx_id``; return (selection, created).
 
-    Repeating an identical request returns the existing selection (created False); the same
-    ``tx_id`` with different terms raises TxIdConflict. Selector errors propagate after being
-    recorded for the dashboard.
+    The statement that completes the selection also writes its row, so a new selection costs
+    one round trip when the replica's cache serves it and two when it must fetch. Repeating an
+    identical request returns the existing selection (created False); the same ``tx_id`` with
+    other terms, or one that names issued tokens, raises TxIdConflict. The selector never
+    sleeps here: funds held by others are reported at once (FundsLocked). Selector errors
+    propagate after being recorded for the dashboard.
     """
-    # One round trip both draws this selection's fence and finds an earlier one of this tx id
-    # (a repeat wastes a fence number; fences need to be unique and increasing, not dense).
-    with connection.cursor() as cursor:
-        cursor.execute(FENCE_AND_EXISTING, [tx_id])
-        fence, existing_pk = cursor.fetchone()
-    if existing_pk is not None:
-        existing = Selection.objects.get(pk=existing_pk)
-        if not _same_request(existing, wallet, currency, quantity):
-            raise TxIdConflict(f"transaction {tx_id} already selected different tokens")
-        return existing, False
     selector = get_selector()
     started, outcome, stats = time.monotonic(), "error", None
     try:
-        picked = selector.select(tx_id, wallet, currency, quantity, fence=fence)
+        picked = selector.select(tx_id, wallet, currency, quantity, patient=False, record=True)
         outcome, stats = "success", picked.stats
+    except ClaimRefused:
+        outcome = "repeat"
+        return _repeat(tx_id, wallet, currency, quantity), False
     except (InsufficientFunds, FundsLocked) as exc:
         outcome = "insufficient_funds" if isinstance(exc, InsufficientFunds) else "funds_locked"
         stats = exc.stats
         _record_failure(tx_id, wallet, currency, quantity, exc)
         raise
     finally:
-        metrics.record_selection(time.monotonic() - started, outcome, stats)
-    try:
-        selection = _insert(
-            tx_id=tx_id, wallet=wallet, currency=currency, quantity=Decimal(quantity),
-            total=Decimal(picked.total), fence=picked.fence,
-            token_ids=list(picked.token_ids), expires_at=picked.expires_at,
-        )
-    except IntegrityError:
-        # A concurrent request with the same tx id won: give back what we took (our fence
-        # keeps its locks safe) and answer as a repeat would.
-        selector.release(picked)
-        winner = Selection.objects.filter(tx_id=tx_id).first()
-        if winner is None or not _same_request(winner, wallet, currency, quantity):
-            raise TxIdConflict(f"transaction {tx_id} already selected different tokens") from None
-        return winner, False
+        if outcome != "repeat":
+            metrics.record_selection(time.monotonic() - started, outcome, stats)
+    record = picked.record
+    assert isinstance(record, RecordedSelection)
+    selection = Selection(
+        id=record.id, tx_id=tx_id, wallet=wallet, currency=currency,
+        quantity=Decimal(quantity), total=Decimal(picked.total), fence=picked.fence,
+        token_ids=[token_id for token_id, *_ in record.tokens], status=Selection.Status.LOCKED,
+        created_at=record.created_at, expires_at=picked.expires_at,
+    )
+    # The tokens as the statement returned them: the response needs no second query.
+    selection.held_tokens = [Token(id=i, tx_id=t, index=n, wallet=wallet, currency=currency,
+                                   quantity=Decimal(q)) for i, t, n, q in record.tokens]
     logger.info("selected %s for %s: %d token(s), total %s, %d lock attempt(s)",
                 picked.key, tx_id, len(picked.tokens), picked.total, picked.stats.lock_attempts)
     return selection, True
 
 
-def _insert(**fields: object) -> Selection:
-    # A single INSERT is atomic by itself: outside a transaction, skip BEGIN/COMMIT (two round
-    # trips on the hot path); inside one, a savepoint keeps a conflict from aborting it.
-    if connection.in_atomic_block:
-        with transaction.atomic():
-            return Selection.objects.create(**fields)
-    return Selection.objects.create(**fields)
+def _repeat(tx_id: str, wallet: str, currency: str, quantity: int) -> Selection:
+    """Answer a request whose tx id is taken: the same selection again, or a conflict."""
+    existing = Selection.objects.filter(tx_id=tx_id).first()
+    if existing is None:
+        raise TxIdConflict(f"transaction id {tx_id} names issued tokens; use another")
+    if not _same_request(existing, wallet, currency, quantity):
+        raise TxIdConflict(f"transaction {tx_id} already selected different tokens")
+    return existing
 
 
 def _record_failure(tx_id: str, wallet: str, currency: str, quantity: int,

@@ -46,8 +46,10 @@ def script(workload: Workload, limit: int, lease: float) -> str:
         "tx_id": f"('{TX_PREFIX}' || :client_id)", "fence": ":fence", "need": ":need",
         "limit": str(limit), "lease": repr(float(lease)),
     }
-    fetch = re.sub(r"%\((\w+)\)s", lambda m: values[m[1]], sql.FETCH_AND_LOCK.strip())
-    unlock = re.sub(r"%\((\w+)\)s", lambda m: values[m[1]], sql.UNLOCK_ALL)
+    shipped = sql.LockStatement(fetch=True, record=False, durable=False)
+    fetch = re.sub(r"%\((\w+)\)s", lambda m: values[m[1]], sql.LOCK_STATEMENTS[shipped].strip())
+    unlock = re.sub(r"%\((\w+)\)s", lambda m: values[m[1]],
+                    sql.UNLOCK_STATEMENTS[(False, False)].strip())
     return (
         wallet_set
         + f"\\set need random({workload.min_quantity}, {workload.max_quantity})\n"

@@ -17,9 +17,17 @@ from django.conf import settings
 from django.db import connection
 
 from bench.strategies.base import Picked
-from locks import sql
 from locks.replica import selector_config
 from sherdlock import Candidate, FundsLocked, InsufficientFunds, WalletKey
+
+# This baseline keeps its own SQL, so the comparison stays fixed while ours changes.
+NEXT_FENCE = "SELECT nextval('locks_fence_seq')"
+UNLOCK_ALL = """
+DELETE FROM locks_tokenlock WHERE token_id IN (
+    SELECT token_id FROM locks_tokenlock
+    WHERE spender_tx_id = %(tx_id)s AND fence = %(fence)s
+    ORDER BY token_id FOR UPDATE)
+"""
 
 # Every unspent token of the wallet, whatever its lock state; the design shuffles client-side.
 SEED_FETCH = """
@@ -54,7 +62,7 @@ class SeedFaithful:
             return cursor.fetchall() if cursor.description else cursor.rowcount
 
     def select(self, tx_id: str, key: WalletKey, quantity: int) -> Picked:
-        fence = int(self._execute(sql.NEXT_FENCE, {})[0][0])
+        fence = int(self._execute(NEXT_FENCE, {})[0][0])
         backoff = self.config.backoff
         for attempt in range(backoff.attempts + 1):
             if attempt:
@@ -99,12 +107,12 @@ class SeedFaithful:
                 maybe_more = False
         except BaseException:
             if locked:
-                self._execute(sql.UNLOCK_ALL, {"tx_id": tx_id, "fence": fence})
+                self._execute(UNLOCK_ALL, {"tx_id": tx_id, "fence": fence})
             raise
         return Picked(tx_id, key, fence, tuple(locked))
 
     def release(self, picked: Picked) -> None:
-        self._execute(sql.UNLOCK_ALL, {"tx_id": picked.tx_id, "fence": picked.fence})
+        self._execute(UNLOCK_ALL, {"tx_id": picked.tx_id, "fence": picked.fence})
 
     def spent(self, picked: Picked) -> None:
         """Do nothing: the seed learns of spent tokens from conflicts and refetches."""

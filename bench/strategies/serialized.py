@@ -14,9 +14,25 @@ from django.db import OperationalError, connection, transaction
 from psycopg import errors
 
 from bench.strategies.base import Picked
-from locks import sql
 from locks.replica import selector_config
 from sherdlock import Candidate, FundsLocked, InsufficientFunds, WalletKey
+
+# This baseline keeps its own SQL, so the comparison stays fixed while ours changes.
+NEXT_FENCE = "SELECT nextval('locks_fence_seq')"
+UNLOCK_ALL = """
+DELETE FROM locks_tokenlock WHERE token_id IN (
+    SELECT token_id FROM locks_tokenlock
+    WHERE spender_tx_id = %(tx_id)s AND fence = %(fence)s
+    ORDER BY token_id FOR UPDATE)
+"""
+SUPPLY = """
+SELECT coalesce(sum(t.quantity), 0),
+       coalesce(sum(t.quantity) FILTER (
+           WHERE l.token_id IS NOT NULL AND l.expires_at > now()
+             AND l.spender_tx_id <> %(tx_id)s), 0)
+FROM tokens_token t LEFT JOIN locks_tokenlock l ON l.token_id = t.id
+WHERE t.wallet = %(wallet)s AND t.currency = %(currency)s AND t.spent_at IS NULL
+"""
 
 # Row-lock the first free tokens of the wallet in id order, waiting for whoever holds them.
 # LIMIT NULL locks every free token (the retry when the first batch did not cover the request).
@@ -112,13 +128,13 @@ class Serialized:
             if total < quantity:
                 if limit is not None:
                     raise _Short()
-                cursor.execute(sql.SUPPLY, params)
+                cursor.execute(SUPPLY, params)
                 unspent, locked = (int(v) for v in cursor.fetchone())
                 available = max(0, unspent - locked)
                 if unspent < quantity:
                     raise InsufficientFunds(key, quantity, available)
                 raise FundsLocked(key, quantity, available, self.config.retry_after)
-            cursor.execute(sql.NEXT_FENCE)
+            cursor.execute(NEXT_FENCE)
             fence = int(cursor.fetchone()[0])
             self.lock_attempts += len(chosen)
             cursor.execute(SERIAL_INSERT, {**params, "fence": fence,
@@ -130,7 +146,7 @@ class Serialized:
 
     def release(self, picked: Picked) -> None:
         with connection.cursor() as cursor:
-            cursor.execute(sql.UNLOCK_ALL, {"tx_id": picked.tx_id, "fence": picked.fence})
+            cursor.execute(UNLOCK_ALL, {"tx_id": picked.tx_id, "fence": picked.fence})
 
     def spent(self, picked: Picked) -> None:
         """Do nothing: nothing is cached."""
