@@ -181,7 +181,7 @@ SHERDLOCK = {
     "COLD_FETCH_LIMIT": int(os.environ.get("SHERDLOCK_COLD_FETCH_LIMIT", 16)),
     # Lease grants and releases commit asynchronously unless this is on (spends always commit
     # synchronously): a database crash may then forget the last moments of grants, which their
-    # holders see as lease_lost. See locks.sql.ASYNC_COMMIT.
+    # holders see as lease_lost. See locks.sql.locking.ASYNC_COMMIT.
     "DURABLE_LEASES": env_bool("SHERDLOCK_DURABLE_LEASES", False),
     # Hot statements are prepared on the server after this many runs on a connection; "off"
     # behind a transaction-pooling proxy that cannot keep prepared statements.

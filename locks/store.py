@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -11,9 +10,9 @@ from typing import Any
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
-from psycopg.types.numeric import Int8Dumper
 
-from locks import sql
+from locks import db
+from locks.sql import locking
 from sherdlock import (
     Candidate,
     Claim,
@@ -23,12 +22,6 @@ from sherdlock import (
     Supply,
     WalletKey,
 )
-
-# Hot statements are prepared on the server after this many executions on a connection, so
-# PostgreSQL plans each once per connection instead of on every call (planning a locking
-# statement costs more than running it). None never prepares (required behind a pooler that
-# hands a client a different server connection per transaction).
-PREPARE_THRESHOLD = 2
 
 
 @dataclass(frozen=True)
@@ -52,10 +45,10 @@ class PostgresTokenStore:
     with skewed clocks agree on expiry. For a recording claim (the service's selections) the
     store writes the selection row in the statement that completes it and refuses
     transaction ids already in use (``TxIdTaken``). With ``durable`` off, grants
-    and releases commit asynchronously (see ``locks.sql.ASYNC_COMMIT``) when they run in
+    and releases commit asynchronously (see ``locks.sql.locking.ASYNC_COMMIT``) when they run in
     autocommit; inside a caller's transaction they follow that transaction. Statements run on
-    Django's connection for ``using`` (per thread) through a server-side-binding cursor, so
-    they can be prepared, and Django still sees them (query logging, error wrapping).
+    Django's connection for ``using`` (per thread), prepared after ``prepare_threshold`` runs
+    (``locks.db``; None never prepares).
     """
 
     def __init__(
@@ -64,7 +57,7 @@ class PostgresTokenStore:
         using: str = DEFAULT_DB_ALIAS,
         *,
         durable: bool = False,
-        prepare_threshold: int | None = PREPARE_THRESHOLD,
+        prepare_threshold: int | None = 2,
     ) -> None:
         if lease <= 0:
             raise ValueError("lease must be positive")
@@ -73,10 +66,6 @@ class PostgresTokenStore:
         self.durable = durable
         self.prepare_threshold = prepare_threshold
         self.round_trips = 0  # statements sent; read by benchmarks
-        # One cursor per server connection (Django keeps one connection per thread).
-        self._cursors: weakref.WeakKeyDictionary[psycopg.Connection, psycopg.Cursor] = (
-            weakref.WeakKeyDictionary()
-        )
 
     # -- TokenStore ----------------------------------------------------------------------
 
@@ -124,12 +113,12 @@ class PostgresTokenStore:
             if not token_ids:
                 return 0
             params["token_ids"] = sorted(token_ids)
-        statement = sql.UNLOCK_STATEMENTS[(token_ids is not None, self._durable())]
+        statement = locking.UNLOCK_STATEMENTS[(token_ids is not None, self._durable())]
         cursor = self._execute(statement, params)
         return cursor.rowcount
 
     def supply(self, key: WalletKey, tx_id: str) -> Supply:
-        cursor = self._execute(sql.SUPPLY, {
+        cursor = self._execute(locking.SUPPLY, {
             "wallet": key.wallet, "currency": key.currency, "tx_id": tx_id,
         })
         unspent, locked = cursor.fetchone()
@@ -145,13 +134,14 @@ class PostgresTokenStore:
         })
         if claim.record:
             params.update({
+                "namespace": claim.namespace,
                 "quantity": Decimal(claim.quantity),
                 "held_ids": [c.token_id for c in claim.held],
                 "held_total": Decimal(claim.held_total),
                 "held_expiry": claim.held_expiry,
             })
-        variant = sql.LockStatement(fetch=fetch, record=claim.record, durable=self._durable())
-        return self._execute(sql.LOCK_STATEMENTS[variant], params).fetchone()
+        variant = locking.LockStatement(fetch=fetch, record=claim.record, durable=self._durable())
+        return self._execute(locking.LOCK_STATEMENTS[variant], params).fetchone()
 
     def _durable(self) -> bool:
         # Inside a caller's transaction the statement's commit is the caller's: leave its
@@ -177,26 +167,8 @@ class PostgresTokenStore:
         return None
 
     def _execute(self, statement: str, params: dict[str, Any]) -> psycopg.Cursor:
-        """Execute on Django's connection with a cached server-binding cursor; return it."""
         self.round_trips += 1
-        connection = connections[self.using]
-        connection.close_if_health_check_failed()
-        connection.ensure_connection()
-        raw = connection.connection
-        cursor = self._cursors.get(raw)
-        if cursor is None or cursor.closed:
-            raw.prepare_threshold = self.prepare_threshold
-            cursor = psycopg.Cursor(raw)
-            # Token ids, fences and limits always travel as int8, so that one prepared
-            # statement serves every call (psycopg would pick int2/int4/int8 by value).
-            cursor.adapters.register_dumper(int, Int8Dumper)
-            self._cursors[raw] = cursor
-        # Django's wrapper logs the query (CaptureQueriesContext, DEBUG) and turns driver
-        # errors into django.db errors, marking the connection for a health check.
-        wrapper = (connection.make_debug_cursor(cursor) if connection.queries_logged
-                   else connection.make_cursor(cursor))
-        wrapper.execute(statement, params)
-        return cursor
+        return db.execute(statement, params, self.using, self.prepare_threshold)
 
 
 def _candidates(ids: list[int] | None, quantities: list[Decimal] | None) -> list[Candidate]:

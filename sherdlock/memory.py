@@ -68,8 +68,8 @@ class InMemoryStore:
         self._fences = itertools.count(1)
         self._faults: defaultdict[str, list[_Fault]] = defaultdict(list)
         self.calls: Counter[str] = Counter()
-        # Selections recorded for recording claims, by tx id.
-        self.records: dict[str, dict[str, object]] = {}
+        # Selections recorded for recording claims, by (namespace, tx id).
+        self.records: dict[tuple[str, str], dict[str, object]] = {}
 
     # -- test helpers -------------------------------------------------------------
 
@@ -280,7 +280,7 @@ class InMemoryStore:
 
     def _check_claim(self, claim: Claim) -> None:
         """Refuse a recording claim whose transaction already has a recorded selection."""
-        if claim.record and claim.tx_id in self.records:
+        if claim.record and (claim.namespace, claim.tx_id) in self.records:
             raise ClaimRefused(f"transaction {claim.tx_id} already has a selection")
 
     def _record(self, claim: Claim, fence: int, granted: list[Candidate]) -> object | None:
@@ -291,7 +291,7 @@ class InMemoryStore:
         if sum(c.quantity for c in tokens) < claim.quantity:
             return None
         record = {"tx_id": claim.tx_id, "fence": fence, "token_ids": [c.token_id for c in tokens]}
-        self.records[claim.tx_id] = record
+        self.records[(claim.namespace, claim.tx_id)] = record
         return record
 
     def _live_lock(self, token_id: int, now: float) -> _LockRow | None:

@@ -44,6 +44,7 @@ class _Round:
     # call (fetch_and_lock) could have locked ids we never saw.
     pending: list[int] | None = field(default_factory=list)
     recording: bool = False
+    namespace: str = ""
     record: object | None = None
 
     def claim(self) -> Claim:
@@ -56,6 +57,7 @@ class _Round:
             tuple(self.locked),
             min(self.expiries) if self.expiries else None,  # type: ignore[type-var]
             self.recording,
+            self.namespace,
         )
 
 
@@ -115,6 +117,7 @@ class Selector:
         *,
         patient: bool = True,
         record: bool = False,
+        namespace: str = "",
     ) -> Selection:
         """Lock tokens of `wallet` in `currency` summing to at least `quantity` for `tx_id`.
 
@@ -125,7 +128,8 @@ class Selector:
         store reports that the free tokens cannot make up the quantity. Store failures
         propagate unchanged. On any failure this call holds no lock. Without `fence` the
         first locking statement draws one. With `record` the store records the selection
-        as it completes it (see Claim.record) and may refuse with ClaimRefused.
+        as it completes it (see Claim.record) and may refuse with ClaimRefused when `tx_id`
+        is taken in `namespace`.
         """
         key = _validate(tx_id, wallet, currency, quantity, fence)
         stats = SelectionStats()
@@ -141,7 +145,8 @@ class Selector:
                 # Cached candidates are the ones just fought over; start from the store.
                 self._cache.invalidate(key)
             stats.rounds += 1
-            rnd = _Round(tx_id, key, quantity, fence, stats, recording=record)
+            rnd = _Round(tx_id, key, quantity, fence, stats, recording=record,
+                         namespace=namespace)
             try:
                 return self._run_round(rnd, patient)
             except FundsLocked:
@@ -182,6 +187,12 @@ class Selector:
             freed = [c for c in selection.tokens if wanted is None or c.token_id in wanted]
             self._cache.add(selection.key, freed)
         return released
+
+    def released(self, key: WalletKey, tokens: Iterable[Candidate]) -> None:
+        """Take back tokens whose locks were removed elsewhere (e.g. by one statement)."""
+        tokens = list(tokens)
+        self._cache.unhold(c.token_id for c in tokens)
+        self._cache.add(key, tokens)
 
     def forget(self, token_ids: Iterable[int], key: WalletKey | None = None) -> None:
         """Drop spent tokens from the local holds and from the cache."""

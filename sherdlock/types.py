@@ -45,7 +45,8 @@ class Claim:
     selection's fence itself (in the same round trip) and reports it. `held` are the tokens
     earlier calls of this selection locked. With `record` the store also records the
     selection, in the call that completes `quantity` (so it knows the whole selection from
-    `held`), and refuses a transaction id that already has one (ClaimRefused).
+    `held`), and refuses a transaction id that already has one in `namespace`
+    (ClaimRefused): transaction ids are unique per namespace, i.e. per client.
     """
 
     tx_id: str
@@ -56,6 +57,7 @@ class Claim:
     # Earliest lease expiry among `held`, as the store reported it.
     held_expiry: object | None = None
     record: bool = False
+    namespace: str = ""
 
     @property
     def held_total(self) -> int:

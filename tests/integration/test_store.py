@@ -10,8 +10,8 @@ import psycopg
 import pytest
 from django.utils import timezone
 
-from locks import sql
 from locks.models import TokenLock
+from locks.sql import locking
 from locks.store import PostgresTokenStore
 from sherdlock import Candidate, Claim, WalletKey
 from tests.factories import make_lock, make_token, make_tokens
@@ -154,8 +154,8 @@ def _wait_until_blocked(observer: psycopg.Connection, pid: int, timeout: float =
     raise AssertionError("the statement never blocked: the interleaving was not forced")
 
 
-FETCH = sql.LOCK_STATEMENTS[sql.LockStatement(fetch=True, record=False, durable=True)]
-TRY_LOCK = sql.LOCK_STATEMENTS[sql.LockStatement(fetch=False, record=False, durable=True)]
+FETCH = locking.LOCK_STATEMENTS[locking.LockStatement(fetch=True, record=False, durable=True)]
+TRY_LOCK = locking.LOCK_STATEMENTS[locking.LockStatement(fetch=False, record=False, durable=True)]
 
 # A stand-in for random() that waits at a gate: FETCH_AND_LOCK calls random() for its pivot
 # while executing, i.e. after the statement's snapshot is taken and before the candidate scan.

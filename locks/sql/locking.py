@@ -38,13 +38,16 @@ fence AS MATERIALIZED (
 # A CTE nobody reads is never run: the commit mode is set by joining it into one that is.
 AFTER_COMMIT_MODE = " FROM commit_mode"
 
-# Recording statements lock nothing for a transaction id that already has a selection, or that
-# names issued tokens (a spend's outputs are tokens named by its tx id): see the README's
-# transaction-id rules.
+# Recording statements lock nothing for a transaction id that already has a selection in the
+# client's namespace, or that names tokens there (a spend's outputs are tokens named by its tx
+# id): see the README's transaction-id rules.
 GATE = """
 gate AS MATERIALIZED (
-    SELECT NOT EXISTS (SELECT FROM locks_selection s WHERE s.tx_id = %(tx_id)s::text)
-       AND NOT EXISTS (SELECT FROM tokens_token t WHERE t.tx_id = %(tx_id)s::text) AS open
+    SELECT NOT EXISTS (SELECT FROM locks_selection s
+                       WHERE s.namespace = %(namespace)s::text AND s.tx_id = %(tx_id)s::text)
+       AND NOT EXISTS (SELECT FROM tokens_token t
+                       WHERE t.namespace = %(namespace)s::text AND t.tx_id = %(tx_id)s::text)
+       AS open
 ),"""
 OPEN = "(SELECT open FROM gate)"
 
@@ -94,16 +97,17 @@ won AS MATERIALIZED (
 # this statement leaves a selection its client can spend, release or retry.
 RECORDED = """
 recorded AS (
-    INSERT INTO locks_selection (tx_id, wallet, currency, quantity, total, fence, token_ids,
-                                 status, created_at, expires_at)
-    SELECT %(tx_id)s::text, %(wallet)s::text, %(currency)s::text, %(quantity)s::numeric,
+    INSERT INTO locks_selection (namespace, tx_id, wallet, currency, quantity, total, fence,
+                                 token_ids, output_ids, status, created_at, expires_at)
+    SELECT %(namespace)s::text, %(tx_id)s::text, %(wallet)s::text, %(currency)s::text,
+           %(quantity)s::numeric,
            %(held_total)s::numeric + coalesce(sum(w.quantity), 0), (SELECT value FROM fence),
            %(held_ids)s::bigint[] || coalesce(array_agg(w.id ORDER BY w.id), ARRAY[]::bigint[]),
-           'locked', now(),
+           ARRAY[]::bigint[], 'locked', now(),
            least(min(w.expires_at), %(held_expiry)s::timestamptz)
     FROM won w
     HAVING %(held_total)s::numeric + coalesce(sum(w.quantity), 0) >= %(quantity)s::numeric
-    ON CONFLICT (tx_id) DO NOTHING
+    ON CONFLICT (namespace, tx_id) DO NOTHING
     RETURNING id, created_at, expires_at
 ),"""
 
