@@ -8,57 +8,15 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
 from .cache import TokenCache
 from .config import SelectorConfig
 from .errors import ClaimRefused, FundsLocked, InsufficientFunds, InvalidRequest
 from .interfaces import Clock, Sleeper, TokenStore
-from .types import (
-    MAX_QUANTITY,
-    Candidate,
-    Claim,
-    Selection,
-    SelectionStats,
-    Supply,
-    WalletKey,
-)
+from .round import Round, validate
+from .types import Candidate, Selection, SelectionStats, Supply, WalletKey
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class _Round:
-    """Locks gathered by one selection round."""
-
-    tx_id: str
-    key: WalletKey
-    quantity: int
-    fence: int | None
-    stats: SelectionStats
-    locked: list[Candidate] = field(default_factory=list)
-    ids: set[int] = field(default_factory=set)
-    total: int = 0
-    expiries: list[object] = field(default_factory=list)
-    # Ids sent in a locking call whose outcome is unknown if it raised; None when the
-    # call (fetch_and_lock) could have locked ids we never saw.
-    pending: list[int] | None = field(default_factory=list)
-    recording: bool = False
-    namespace: str = ""
-    record: object | None = None
-
-    def claim(self) -> Claim:
-        """Describe this round to the store."""
-        return Claim(
-            self.tx_id,
-            self.key,
-            self.quantity,
-            self.fence,
-            tuple(self.locked),
-            min(self.expiries) if self.expiries else None,  # type: ignore[type-var]
-            self.recording,
-            self.namespace,
-        )
 
 
 class Selector:
@@ -131,7 +89,7 @@ class Selector:
         as it completes it (see Claim.record) and may refuse with ClaimRefused when `tx_id`
         is taken in `namespace`.
         """
-        key = _validate(tx_id, wallet, currency, quantity, fence)
+        key = validate(tx_id, wallet, currency, quantity, fence)
         stats = SelectionStats()
         backoff = self._config.backoff
         rounds = backoff.attempts + 1 if patient else 1
@@ -145,7 +103,7 @@ class Selector:
                 # Cached candidates are the ones just fought over; start from the store.
                 self._cache.invalidate(key)
             stats.rounds += 1
-            rnd = _Round(tx_id, key, quantity, fence, stats, recording=record,
+            rnd = Round(tx_id, key, quantity, fence, stats, recording=record,
                          namespace=namespace)
             try:
                 return self._run_round(rnd, patient)
@@ -200,7 +158,7 @@ class Selector:
         self._cache.unhold(ids)
         self._cache.discard(key, ids)
 
-    def _run_round(self, rnd: _Round, patient: bool) -> Selection:
+    def _run_round(self, rnd: Round, patient: bool) -> Selection:
         """Run one round; on any failure release exactly its locks and re-raise."""
         try:
             self._gather(rnd, patient)
@@ -224,7 +182,7 @@ class Selector:
             record=rnd.record,
         )
 
-    def _gather(self, rnd: _Round, patient: bool) -> None:
+    def _gather(self, rnd: Round, patient: bool) -> None:
         """Lock tokens from the cache, refetching when it runs dry, until the quantity is met."""
         store, config, stats = self._store, self._config, rnd.stats
         # Fetches in a row that locked nothing before the round gives up. An impatient round
@@ -286,7 +244,7 @@ class Selector:
                 continue  # others hold enough: wait for them to spend or release
             self._cache_spare(rnd, result.spare)
 
-    def _cache_spare(self, rnd: _Round, spare: Iterable[Candidate]) -> None:
+    def _cache_spare(self, rnd: Round, spare: Iterable[Candidate]) -> None:
         """Queue what a fetch saw but did not lock, for this and later selections."""
         spare = [c for c in spare if c.token_id not in rnd.ids]
         # Stores already permute rows; shuffling again keeps replicas apart even if one
@@ -307,7 +265,7 @@ class Selector:
         return config.fetch_limit if warm else min(config.cold_fetch_limit, config.fetch_limit)
 
     @staticmethod
-    def _adopt(rnd: _Round, fence: int | None, record: object | None) -> None:
+    def _adopt(rnd: Round, fence: int | None, record: object | None) -> None:
         """Take the fence a store call drew (or confirmed) and what it recorded."""
         if fence is not None:
             if rnd.fence is not None and fence != rnd.fence:
@@ -318,7 +276,7 @@ class Selector:
 
     def _accept(
         self,
-        rnd: _Round,
+        rnd: Round,
         granted: Iterable[Candidate],
         expires_at: object | None,
         submitted: set[int] | None,
@@ -344,7 +302,7 @@ class Selector:
             self._cache.hold(new, until, owner=(rnd.tx_id, rnd.fence))
         return hits
 
-    def _raise_short(self, rnd: _Round, supply: Supply) -> None:
+    def _raise_short(self, rnd: Round, supply: Supply) -> None:
         """Raise InsufficientFunds if the supply is short, else FundsLocked."""
         if supply.unspent < rnd.quantity:
             raise InsufficientFunds(rnd.key, rnd.quantity, supply.available, stats=rnd.stats)
@@ -356,7 +314,7 @@ class Selector:
             stats=rnd.stats,
         )
 
-    def _abort(self, rnd: _Round, exc: BaseException) -> None:
+    def _abort(self, rnd: Round, exc: BaseException) -> None:
         """Release the locks of an aborted round, keeping `exc` as the error to report."""
         known = list(rnd.ids)
         if isinstance(exc, ClaimRefused):
@@ -386,20 +344,3 @@ class Selector:
         finally:
             # Only ids we recorded were held by us; others may be held by another selection.
             self._cache.unhold(known)
-
-
-def _validate(
-    tx_id: object, wallet: object, currency: object, quantity: object, fence: object
-) -> WalletKey:
-    """Check selection arguments and return the wallet key."""
-    for name, value in (("tx_id", tx_id), ("wallet", wallet), ("currency", currency)):
-        if not isinstance(value, str) or not value.strip():
-            raise InvalidRequest(f"{name} must be a non-empty string, got {value!r}")
-    if type(quantity) is not int:
-        raise InvalidRequest(f"quantity must be an int, got {type(quantity).__name__}")
-    if not 0 < quantity <= MAX_QUANTITY:
-        raise InvalidRequest(f"quantity must be in [1, 2**64-1], got {quantity}")
-    if fence is not None and (type(fence) is not int or fence < 0):
-        raise InvalidRequest(f"fence must be a non-negative int, got {fence!r}")
-    assert isinstance(wallet, str) and isinstance(currency, str)
-    return WalletKey(wallet, currency)
