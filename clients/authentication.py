@@ -1,7 +1,17 @@
-"""Authenticate API clients by the key in ``Authorization: Api-Key <key>``."""
+"""Authenticate API clients by the key in ``Authorization: Api-Key <key>``.
+
+A key is looked up in the database once per process per ``API_KEY_CACHE_SECONDS`` (5 s by
+default): a key revoked, expired or rescoped in the admin takes effect within that time. The
+secret is checked against the stored hash (constant-time) on every request, cached or not.
+"""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import OrderedDict
+
+from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
@@ -10,6 +20,41 @@ from rest_framework_api_key.permissions import KeyParser
 from clients.models import ApiKey
 
 MAX_KEY_LENGTH = 200
+MAX_CACHED_KEYS = 10_000
+
+
+class KeyCache:
+    """Keys by prefix, each kept for a while after it was read; thread-safe, bounded (LRU)."""
+
+    def __init__(self, clock=time.monotonic) -> None:
+        self._clock = clock
+        self._keys: OrderedDict[str, tuple[ApiKey, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, prefix: str) -> ApiKey | None:
+        """Return the usable key with this prefix, from the cache while it is fresh."""
+        ttl = float(settings.SHERDLOCK["API_KEY_CACHE_SECONDS"])
+        now = self._clock()
+        with self._lock:
+            entry = self._keys.get(prefix)
+            if entry is not None and now - entry[1] < ttl:
+                self._keys.move_to_end(prefix)
+                return entry[0]
+        key = ApiKey.objects.get_usable_keys().filter(prefix=prefix).first()
+        if key is not None and ttl > 0:
+            with self._lock:
+                self._keys[prefix] = (key, now)
+                while len(self._keys) > MAX_CACHED_KEYS:
+                    self._keys.popitem(last=False)
+        return key
+
+    def clear(self) -> None:
+        """Forget every cached key."""
+        with self._lock:
+            self._keys.clear()
+
+
+keys = KeyCache()
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
@@ -30,10 +75,10 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         # Bounded and printable before it reaches a query: PostgreSQL rejects NUL bytes.
         if not raw or len(raw) > MAX_KEY_LENGTH or not raw.isprintable():
             raise exceptions.AuthenticationFailed("Invalid API key.")
-        try:
-            key = ApiKey.objects.get_from_key(raw)
-        except ApiKey.DoesNotExist:
-            raise exceptions.AuthenticationFailed("Invalid API key.") from None
+        prefix, _, _ = raw.partition(".")
+        key = keys.get(prefix)
+        if key is None or not key.is_valid(raw):  # a constant-time comparison of hashes
+            raise exceptions.AuthenticationFailed("Invalid API key.")
         if key.has_expired:
             raise exceptions.AuthenticationFailed("API key has expired.")
         return AnonymousUser(), key

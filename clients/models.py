@@ -42,11 +42,18 @@ class ApiKey(AbstractAPIKey):
 
 
 class RateBucket(models.Model):
-    """Rolling rate-limit state shared by every replica: capacity used as of ``updated_at``."""
+    """Rolling rate-limit state shared by every replica: capacity used as of ``updated_at``.
+
+    ``capacity`` units replenish continuously over ``period`` seconds (the limit as of the last
+    request): once ``period`` has passed since ``updated_at`` the bucket is full again, and the
+    row says no more than its absence would.
+    """
 
     key = models.CharField(max_length=255, primary_key=True)
     used = models.FloatField(default=0.0)
     updated_at = models.DateTimeField()
+    capacity = models.FloatField(default=1.0)
+    period = models.FloatField(default=1.0)
 
     def __str__(self) -> str:
         return self.key

@@ -1,18 +1,23 @@
 """Rolling rate limits shared by every replica, kept in PostgreSQL (TrafficJam's scheme).
 
 A bucket holds how much capacity was ``used`` as of ``updated_at``; capacity replenishes
-continuously at ``max / period`` per second, so after a burst a client gets one more request
-every ``period / max`` seconds instead of waiting for a window to reset::
+continuously at ``capacity / period`` per second, so after a burst a client gets one more request
+every ``period / capacity`` seconds instead of waiting for a window to reset::
 
-    remaining = min(max, max - used + max * (now - updated_at) / period)
+    remaining = min(capacity, capacity - used + capacity * (now - updated_at) / period)
 
-Check and increment are one statement on the database clock, so concurrent requests on any
-replica (and replicas with skewed clocks) never overspend a bucket.
+A selection is limited per API key and per wallet; both buckets are checked and taken in one
+statement on the database clock, so concurrent requests on any replica (and replicas with
+skewed clocks) never overspend a bucket. A request refused by one limit still counts against
+the other (it was attempted). A busy bucket is split into shards, each holding an equal share of
+the rate, and a request draws one shard at random: a hot wallet's selections then update
+several rows instead of queueing on one.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import re
 from dataclasses import dataclass
 
@@ -21,34 +26,53 @@ from django.db import connection
 from rest_framework.throttling import BaseThrottle
 
 from clients.permissions import api_key
+from common import db
+from common.sql import ASYNC_COMMIT
 from tokens.serializers import is_identifier
 
 _RATE = re.compile(r"(?P<count>[0-9]+)\s*/\s*(?P<period>[0-9]*\.?[0-9]+)?\s*(?P<unit>[smhd]?)")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
-# Decay what was used since the last update, then take one unit if a whole one is left. The
-# WHERE clause of DO UPDATE makes a refusal leave the row untouched, and the refusal branch
-# reads the bucket as the statement found it to compute how long until a unit is back.
-CONSUME = """
-WITH taken AS (
-    INSERT INTO clients_ratebucket AS b (key, used, updated_at)
-    VALUES (%(key)s, 1, statement_timestamp())
+# A bucket is split into shards of at least this much capacity, at most MAX_SHARDS of them; a
+# small limit (a few per minute) stays one exact bucket.
+SHARD_CAPACITY = 50
+MAX_SHARDS = 8
+
+# Decay what each bucket used since its last update, then take one unit where a whole one is
+# left. The WHERE of DO UPDATE leaves a refusing bucket untouched; its state as the statement
+# found it tells how long until a unit is back. Rows are taken in key order, so two requests
+# sharing both buckets never deadlock. Each row carries its own capacity and period (the
+# pruning in housekeeping reads them). A counter, not a ledger: committed asynchronously.
+DECAYED = """GREATEST(0, {row}.used - {rate}.capacity
+                             * EXTRACT(EPOCH FROM statement_timestamp() - {row}.updated_at)
+                             / {rate}.period)"""
+CONSUME_TEMPLATE = """
+WITH{commit}
+asked AS MATERIALIZED (
+    SELECT key, capacity, period
+    FROM unnest(%(keys)s::text[], %(capacities)s::float8[], %(periods)s::float8[])
+         AS a(key, capacity, period){after}
+),
+taken AS (
+    INSERT INTO clients_ratebucket AS b (key, used, updated_at, capacity, period)
+    SELECT key, 1, statement_timestamp(), capacity, period FROM asked ORDER BY key
     ON CONFLICT (key) DO UPDATE
-        SET used = GREATEST(0, b.used - %(max)s * EXTRACT(EPOCH FROM statement_timestamp()
-                                                          - b.updated_at) / %(period)s) + 1,
-            updated_at = statement_timestamp()
-        WHERE GREATEST(0, b.used - %(max)s * EXTRACT(EPOCH FROM statement_timestamp()
-                                                     - b.updated_at) / %(period)s) + 1
-              <= %(max)s
-    RETURNING b.used
+        SET used = {decayed_excluded} + 1, updated_at = statement_timestamp(),
+            capacity = EXCLUDED.capacity, period = EXCLUDED.period
+        WHERE {decayed_excluded} + 1 <= EXCLUDED.capacity
+    RETURNING b.key
 )
-SELECT true, used FROM taken
-UNION ALL
-SELECT false, GREATEST(0, used - %(max)s * EXTRACT(EPOCH FROM statement_timestamp()
-                                                   - updated_at) / %(period)s)
-FROM clients_ratebucket
-WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM taken)
+SELECT a.key, t.key IS NOT NULL AS allowed, a.capacity, a.period,
+       CASE WHEN t.key IS NULL THEN {decayed_found} END AS used
+FROM asked a
+LEFT JOIN taken t ON t.key = a.key
+LEFT JOIN clients_ratebucket b ON b.key = a.key
 """
+# Inside a caller's transaction (tests) the statement leaves the commit mode alone.
+CONSUME = {durable: CONSUME_TEMPLATE.format(
+    commit="" if durable else ASYNC_COMMIT, after="" if durable else ", commit_mode",
+    decayed_excluded=DECAYED.format(row="b", rate="EXCLUDED"),
+    decayed_found=DECAYED.format(row="b", rate="a")) for durable in (False, True)}
 
 
 @dataclass(frozen=True)
@@ -57,6 +81,11 @@ class Rate:
 
     count: int
     period: float
+
+    @property
+    def shards(self) -> int:
+        """Return how many buckets share this rate."""
+        return max(1, min(MAX_SHARDS, self.count // SHARD_CAPACITY))
 
 
 def parse_rate(value: object) -> Rate | None:
@@ -78,42 +107,64 @@ def parse_rate(value: object) -> Rate | None:
     return Rate(count, period)
 
 
-def consume(key: str, rate: Rate) -> tuple[bool, float]:
-    """Take one unit from bucket ``key``; return (allowed, seconds until a unit is back)."""
-    with connection.cursor() as cursor:
-        cursor.execute(CONSUME, {"key": key, "max": rate.count, "period": rate.period})
-        row = cursor.fetchone()
-    if row is None:
-        # The bucket was created by a concurrent request after this statement's snapshot:
-        # it is nearly full, so one unit's worth of time is the honest estimate.
-        return False, rate.period / rate.count
-    allowed, used = row
-    if allowed:
-        return True, 0.0
-    deficit = float(used) - (rate.count - 1)
-    return False, max(deficit, 0.0) * rate.period / rate.count
+def consume(buckets: dict[str, Rate], rng: random.Random | None = None) -> tuple[bool, float]:
+    """Take one unit from every bucket (a random shard of each); return (allowed, wait).
+
+    ``wait`` is the seconds until every refusing bucket has a unit again.
+    """
+    draw = (rng or random).randrange
+    keys, capacities, periods = [], [], []
+    for name, rate in buckets.items():
+        shards = rate.shards
+        keys.append(f"{name}#{draw(shards)}" if shards > 1 else name)
+        capacities.append(rate.count / shards)
+        periods.append(rate.period)
+    statement = CONSUME[connection.in_atomic_block]
+    cursor = db.execute(statement, {"keys": keys, "capacities": capacities, "periods": periods})
+    wait = 0.0
+    allowed = True
+    for _key, ok, capacity, period, used in cursor.fetchall():
+        if ok:
+            continue
+        allowed = False
+        if used is None:
+            # Created by a concurrent request after this statement's snapshot: it is nearly
+            # full, so one unit's worth of time is the honest estimate.
+            wait = max(wait, period / capacity)
+        else:
+            wait = max(wait, max(float(used) - (capacity - 1), 0.0) * period / capacity)
+    return allowed, wait
 
 
-class RollingRateThrottle(BaseThrottle):
-    """Refuse a request when its bucket has no whole unit left; subclasses name the bucket."""
-
-    scope = ""
+class SelectionRateThrottle(BaseThrottle):
+    """Limit selections per API key and per wallet (``SHERDLOCK_RATE_LIMITS``)."""
 
     def __init__(self) -> None:
         self._wait: float | None = None
 
-    def bucket(self, request, view) -> str | None:
-        """Return the bucket key for this request, or None to let it through uncounted."""
-        raise NotImplementedError
+    def buckets(self, request) -> dict[str, Rate]:
+        """Return the buckets this request draws from, by name."""
+        limits = settings.SHERDLOCK_RATE_LIMITS
+        key = api_key(request)
+        if key is None:
+            return {}
+        out = {}
+        if rate := parse_rate(limits.get("selections_per_key")):
+            out[f"selections_per_key:{key.prefix}"] = rate
+        data = request.data
+        wallet = data.get("wallet") if isinstance(data, dict) else None
+        # Malformed wallets are refused by the serializer; wallets outside the key's scope are
+        # refused by the view and must not drain another client's bucket.
+        if (rate := parse_rate(limits.get("selections_per_wallet"))) and is_identifier(
+                wallet) and key.may_use(wallet):
+            out[f"selections_per_wallet:{wallet}"] = rate
+        return out
 
     def allow_request(self, request, view) -> bool:
-        rate = parse_rate(settings.SHERDLOCK_RATE_LIMITS.get(self.scope))
-        if rate is None:
+        buckets = self.buckets(request)
+        if not buckets:
             return True
-        key = self.bucket(request, view)
-        if key is None:
-            return True
-        allowed, wait = consume(f"{self.scope}:{key}", rate)
+        allowed, wait = consume(buckets)
         self._wait = None if allowed else wait
         return allowed
 
@@ -122,29 +173,3 @@ class RollingRateThrottle(BaseThrottle):
         if self._wait is None:
             return None
         return float(max(1, math.ceil(self._wait)))
-
-
-class SelectionsPerKeyThrottle(RollingRateThrottle):
-    """Limit selections per API key."""
-
-    scope = "selections_per_key"
-
-    def bucket(self, request, view) -> str | None:
-        key = api_key(request)
-        return key.prefix if key is not None else None
-
-
-class SelectionsPerWalletThrottle(RollingRateThrottle):
-    """Limit selections per wallet, whichever keys (or replicas) they come through."""
-
-    scope = "selections_per_wallet"
-
-    def bucket(self, request, view) -> str | None:
-        key = api_key(request)
-        data = request.data
-        wallet = data.get("wallet") if isinstance(data, dict) else None
-        # Malformed wallets are refused by the serializer; wallets outside the key's scope are
-        # refused by the view and must not drain another client's bucket.
-        if key is None or not is_identifier(wallet) or not key.may_use(wallet):
-            return None
-        return wallet

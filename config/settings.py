@@ -162,9 +162,12 @@ REST_FRAMEWORK = {
 }
 
 # Rolling limits on POST /api/v1/selections/ ("N/Ps": N per P seconds; "0" or "off" disables).
+# The defaults sit above what one service can serve (README, "Rate limits"): they stop a runaway
+# client, never a normal one.
 SHERDLOCK_RATE_LIMITS = {
-    "selections_per_key": os.environ.get("SHERDLOCK_RATE_SELECTIONS_PER_KEY", "600/60s"),
-    "selections_per_wallet": os.environ.get("SHERDLOCK_RATE_SELECTIONS_PER_WALLET", "300/60s"),
+    "selections_per_key": os.environ.get("SHERDLOCK_RATE_SELECTIONS_PER_KEY", "120000/60s"),
+    "selections_per_wallet": os.environ.get("SHERDLOCK_RATE_SELECTIONS_PER_WALLET",
+                                            "60000/60s"),
 }
 
 SPECTACULAR_SETTINGS = {
@@ -181,7 +184,7 @@ SHERDLOCK = {
     "COLD_FETCH_LIMIT": int(os.environ.get("SHERDLOCK_COLD_FETCH_LIMIT", 16)),
     # Lease grants and releases commit asynchronously unless this is on (spends always commit
     # synchronously): a database crash may then forget the last moments of grants, which their
-    # holders see as lease_lost. See locks.sql.locking.ASYNC_COMMIT.
+    # holders see as lease_lost. See common.sql.ASYNC_COMMIT.
     "DURABLE_LEASES": env_bool("SHERDLOCK_DURABLE_LEASES", False),
     # Hot statements are prepared on the server after this many runs on a connection; "off"
     # behind a transaction-pooling proxy that cannot keep prepared statements.
@@ -198,6 +201,8 @@ SHERDLOCK = {
     "BACKOFF_MIN": float(os.environ.get("SHERDLOCK_BACKOFF_MIN", 0.005)),
     "BACKOFF_MAX": float(os.environ.get("SHERDLOCK_BACKOFF_MAX", 0.05)),
     "LEASE_SECONDS": float(os.environ.get("SHERDLOCK_LEASE_SECONDS", 60)),
+    # How long a process trusts an API key it read (revocation takes effect within this).
+    "API_KEY_CACHE_SECONDS": float(os.environ.get("SHERDLOCK_API_KEY_CACHE_SECONDS", 5)),
     "MAX_LEASE_SECONDS": float(os.environ.get("SHERDLOCK_MAX_LEASE_SECONDS", 600)),
     # Housekeeping: removal of expired locks and of spent tokens' locks (locks.housekeeping).
     "HOUSEKEEPING_BATCH_SIZE": int(os.environ.get("SHERDLOCK_HOUSEKEEPING_BATCH_SIZE", 1000)),

@@ -61,6 +61,22 @@ WHERE token_id IN (
 AND expires_at <= now() - %(grace)s * interval '1 second'
 """
 
+# Record as expired up to %(limit)s selections still marked locked whose lease ended at least
+# %(grace)s seconds ago, so that listings and the dashboard filter on the stored status. Readers
+# are told "expired" from the moment the lease ends anyway; this only settles it. A selection a
+# client is spending or releasing right now is skipped and settled by a later pass (or not at
+# all: the spend or release records its own outcome).
+SETTLE_EXPIRED = """
+UPDATE locks_selection SET status = 'expired'
+WHERE id IN (
+    SELECT id FROM locks_selection
+    WHERE status = 'locked' AND expires_at <= now() - %(grace)s * interval '1 second'
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+AND status = 'locked'
+"""
+
 # The run log and the dashboard's failed-selection log are history, not state: keep
 # HOUSEKEEPING_HISTORY_DAYS of each, removed in the same bounded batches.
 PRUNE_RUNS = """
@@ -113,6 +129,19 @@ def _release_guard(connection) -> None:
         logger.warning("the housekeeping guard was no longer held when released")
 
 
+def _in_batches(connection, statement: str, params: dict[str, object], batch_size: int,
+                max_batches: int) -> int:
+    """Run a bounded statement until it affects fewer rows than a batch; count them."""
+    total = 0
+    for _ in range(max_batches):
+        with connection.cursor() as cursor:
+            cursor.execute(statement, {**params, "limit": batch_size})
+            total += cursor.rowcount
+            if cursor.rowcount < batch_size:
+                break
+    return total
+
+
 def _prune_history(connection, batch_size: int, max_batches: int) -> None:
     days = float(settings.SHERDLOCK["HOUSEKEEPING_HISTORY_DAYS"])
     for statement in (PRUNE_RUNS, PRUNE_FAILED_SELECTIONS):
@@ -163,7 +192,7 @@ def run_housekeeping(
 
     run = runs.create()
     removed = dict.fromkeys((kind for kind, _ in PASSES), 0)
-    batches = 0
+    batches = settled = 0
     started = time.monotonic()
     completed = False
     try:
@@ -179,6 +208,8 @@ def run_housekeeping(
                     progress(kind, count)
                 if count < batch_size:  # nothing left that is not being worked on
                     break
+        settled = _in_batches(connection, SETTLE_EXPIRED, {"grace": grace}, batch_size,
+                              max_batches)
         _prune_history(connection, batch_size, max_batches)
         completed = True
     finally:
@@ -195,7 +226,7 @@ def run_housekeeping(
     # Quiet when idle: a pass runs every few seconds, and the run table records it anyway.
     level = logging.INFO if any(removed.values()) else logging.DEBUG
     logger.log(level, "housekeeping removed %d expired and %d spent lock(s) in %d batch(es), "
-               "%.3f s", removed["expired"], removed["spent"], batches,
-               time.monotonic() - started)
+               "settled %d expired selection(s), %.3f s", removed["expired"], removed["spent"],
+               batches, settled, time.monotonic() - started)
     run.refresh_from_db()
     return run

@@ -133,6 +133,9 @@ class Selection(models.Model):
         indexes = [
             models.Index(fields=["wallet", "currency"], name="selection_wallet"),
             models.Index(fields=["-created_at"], name="selection_recent"),
+            # Housekeeping settles locked selections whose lease ended.
+            models.Index(fields=["expires_at"], condition=Q(status="locked"),
+                         name="selection_locked_expiry"),
         ]
         constraints = [
             # A constraint rather than unique=True: no pattern-ops twin index to maintain.

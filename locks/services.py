@@ -19,7 +19,8 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
-from locks import db, metrics
+from common import db
+from locks import metrics
 from locks.errors import (
     AlreadySpent,
     LeaseLost,
@@ -103,9 +104,10 @@ def select_tokens(tx_id: str, wallet: str, currency: str, quantity: int, *,
 
 def _repeat(namespace: str, tx_id: str, wallet: str, currency: str, quantity: int) -> Selection:
     """Answer a request whose tx id is taken: the same selection again, or a conflict."""
-    existing = Selection.objects.filter(namespace=namespace, tx_id=tx_id).first()
-    if existing is None:
-        raise TxIdConflict(f"transaction id {tx_id} names issued tokens; use another")
+    try:
+        existing = get_selection(tx_id, namespace=namespace)
+    except SelectionNotFound:
+        raise TxIdConflict(f"transaction id {tx_id} names issued tokens; use another") from None
     if not _same_request(existing, wallet, currency, quantity):
         raise TxIdConflict(f"transaction {tx_id} already selected different tokens")
     return existing
@@ -125,18 +127,16 @@ def _record_failure(namespace: str, tx_id: str, wallet: str, currency: str, quan
 
 def get_selection(tx_id: str, *, namespace: str | None = "",
                   wallets: Sequence[str] | None = None) -> Selection:
-    """Return the selection of ``tx_id`` (with its lock state) or raise SelectionNotFound.
+    """Return the selection of ``tx_id`` with its tokens and lock state, in one statement.
 
-    ``namespace`` None looks in every namespace (operators), the oldest match first.
+    ``namespace`` None looks in every namespace (operators), the oldest match first. Raise
+    SelectionNotFound if there is none the caller may see.
     """
-    selections = Selection.objects.with_state().filter(tx_id=tx_id).order_by("pk")
-    if namespace is not None:
-        selections = selections.filter(namespace=namespace)
-    if wallets is not None:
-        selections = selections.filter(wallet__in=wallets)
-    selection = selections.first()
-    if selection is None:
-        raise SelectionNotFound(f"no selection for transaction {tx_id}")
+    row = _run(lifecycle.READ, _params(namespace, tx_id, wallets))
+    _, selection, _ = _selection(row, row["namespace"], tx_id)
+    selection.status = row["status"]
+    selection.output_ids = row["output_ids"]
+    selection.live_locks = row["live_locks"]
     return selection
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 
-from locks import db
+from common import db
 from locks.sql import locking
 from sherdlock import (
     Candidate,
@@ -45,10 +45,10 @@ class PostgresTokenStore:
     with skewed clocks agree on expiry. For a recording claim (the service's selections) the
     store writes the selection row in the statement that completes it and refuses
     transaction ids already in use (``TxIdTaken``). With ``durable`` off, grants
-    and releases commit asynchronously (see ``locks.sql.locking.ASYNC_COMMIT``) when they run in
+    and releases commit asynchronously (see ``common.sql.ASYNC_COMMIT``) when they run in
     autocommit; inside a caller's transaction they follow that transaction. Statements run on
     Django's connection for ``using`` (per thread), prepared after ``prepare_threshold`` runs
-    (``locks.db``; None never prepares).
+    (``common.db``; None never prepares).
     """
 
     def __init__(

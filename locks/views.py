@@ -17,7 +17,7 @@ from clients.permissions import (
     scope_queryset,
     wallet_scope,
 )
-from clients.throttling import SelectionsPerKeyThrottle, SelectionsPerWalletThrottle
+from clients.throttling import SelectionRateThrottle
 from config.exceptions import error_responses
 from locks.errors import SelectionNotFound
 from locks.filters import LockFilter, SelectionFilter
@@ -77,7 +77,7 @@ class SelectionListCreate(generics.ListAPIView):
     def get_throttles(self):
         # Only selecting costs lock-table work worth limiting; reads are not throttled.
         if self.request.method == "POST":
-            return [SelectionsPerKeyThrottle(), SelectionsPerWalletThrottle()]
+            return [SelectionRateThrottle()]
         return []
 
     def get_serializer_context(self):

@@ -186,9 +186,10 @@ class Selector:
         """Lock tokens from the cache, refetching when it runs dry, until the quantity is met."""
         store, config, stats = self._store, self._config, rnd.stats
         # Fetches in a row that locked nothing before the round gives up. An impatient round
-        # still refetches once at once: a fetch whose picks were all taken by concurrent
-        # statements says nothing about what is free now.
-        allowed_stalls = config.max_retries if patient else min(config.max_retries, 1)
+        # refetches at once, without sleeping: a fetch whose picks were all taken by
+        # concurrent statements says nothing about what is free now, and only a fetch that
+        # finds the free tokens short (shortfall) tells that others hold what is needed.
+        allowed_stalls = config.max_retries
         fetches = 0
         stalled = 0  # consecutive refetches with nothing locked since the previous fetch
         total_before_fetch = 0

@@ -12,7 +12,7 @@ Composed with ``str.format`` at import, like ``locking``.
 
 from __future__ import annotations
 
-from locks.sql.locking import ASYNC_COMMIT
+from common.sql import ASYNC_COMMIT
 
 # The caller's selection, row-locked. A selection outside the key's wallets is not found.
 SELECTION = """
@@ -24,6 +24,30 @@ sel AS MATERIALIZED (
       AND (%(wallets)s::text[] IS NULL OR s.wallet = ANY(%(wallets)s::text[]))
     FOR UPDATE OF s
 ),"""
+
+# Read a selection with its tokens and how many of its locks are live, for readers and for
+# repeated requests. A NULL namespace (operators) looks in every namespace, oldest first.
+READ = """
+WITH sel AS MATERIALIZED (
+    SELECT s.id, s.tx_id, s.wallet, s.currency, s.quantity, s.total, s.fence, s.token_ids,
+           s.output_ids, s.status, s.created_at, s.expires_at, s.spent_at, s.released_at,
+           s.namespace
+    FROM locks_selection s
+    WHERE (%(namespace)s::text IS NULL OR s.namespace = %(namespace)s::text)
+      AND s.tx_id = %(tx_id)s::text
+      AND (%(wallets)s::text[] IS NULL OR s.wallet = ANY(%(wallets)s::text[]))
+    ORDER BY s.id
+    LIMIT 1
+)
+SELECT CASE WHEN EXISTS (SELECT FROM sel) THEN 'ok' ELSE 'not_found' END AS verdict,
+       {columns},
+       (SELECT namespace FROM sel) AS namespace, (SELECT status FROM sel) AS status,
+       (SELECT expires_at FROM sel) AS expires_at, (SELECT spent_at FROM sel) AS spent_at,
+       (SELECT released_at FROM sel) AS released_at, (SELECT output_ids FROM sel) AS output_ids,
+       (SELECT count(*) FROM locks_tokenlock l
+        WHERE l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
+          AND l.expires_at > now()) AS live_locks
+"""
 
 # Columns every statement returns about the selection (NULLs when it was not found), then the
 # tokens it holds or held as JSON [[id, tx_id, index, quantity], ...] in id order.
@@ -189,5 +213,6 @@ def _lease_statement(template: str, durable: bool) -> str:
     )
 
 
+READ = READ.format(columns=SELECTION_COLUMNS)
 RELEASE_STATEMENTS = {durable: _lease_statement(RELEASE, durable) for durable in (False, True)}
 EXTEND_STATEMENTS = {durable: _lease_statement(EXTEND, durable) for durable in (False, True)}

@@ -19,15 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-# -- fragments ----------------------------------------------------------------------------
+from common.sql import ASYNC_COMMIT
 
-# Make this statement's commit asynchronous: it returns before its WAL reaches the disk. Used
-# for lease grants and releases only (never for spends, which are durable): a crash may forget
-# the last fraction of a second of grants and releases, which their holders then see as
-# lease_lost, exactly as if the lease had run out. set_config(..., true) lasts until the end of
-# the transaction, i.e. this statement's.
-ASYNC_COMMIT = """
-commit_mode AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),"""
+# -- fragments ----------------------------------------------------------------------------
 
 # The selection's fence: the claim's own, or a new one from the sequence (strictly increasing
 # across every replica). MATERIALIZED makes nextval run exactly once.

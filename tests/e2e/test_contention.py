@@ -101,6 +101,8 @@ def test_hot_wallet(tmp_path, subprocess_env, replicas, selections):
     assert len(records) == replicas * selections
     assert counts.get("insufficient_funds", 0) == 0, counts  # supply (2000) always sufficed
     assert counts.get("funds_locked", 0) == 0, counts
+    # Never more than 8 x 40 held at once: "funds locked" was never even answered.
+    assert sum(r.get("retries", 0) for r in records) == 0
     assert_never_held_twice(records)
     assert_books_balance(records, Decimal(2000))
 

@@ -24,7 +24,13 @@ from locks import replica
 from locks.errors import AlreadySpent, LeaseLost
 from locks.housekeeping import GUARD_KEY, run_housekeeping
 from locks.models import HousekeepingRun, Selection, TokenLock
-from locks.services import extend_selection, release_selection, select_tokens, spend_selection
+from locks.services import (
+    extend_selection,
+    get_selection,
+    release_selection,
+    select_tokens,
+    spend_selection,
+)
 from sherdlock import FundsLocked
 from tests.factories import make_lock, make_token, make_tokens
 from tokens.models import Token
@@ -58,6 +64,8 @@ def expire(tx_id: str) -> None:
     """End the lease of ``tx_id`` now, as if its owner had stopped renewing a minute ago."""
     now = timezone.now()
     TokenLock.objects.filter(spender_tx_id=tx_id).update(
+        created_at=now - timedelta(minutes=2), expires_at=now - timedelta(minutes=1))
+    Selection.objects.filter(tx_id=tx_id).update(
         created_at=now - timedelta(minutes=2), expires_at=now - timedelta(minutes=1))
 
 
@@ -317,10 +325,14 @@ def test_selections_whose_locks_were_removed_still_behave():
     expire("tx-gone")
     Token.objects.filter(spent_by="tx-spent").update(
         spent_at=timezone.now() - timedelta(minutes=1))
+    # Readers are told the truth before housekeeping settles it...
+    assert get_selection("tx-gone").reported_status == Selection.Status.EXPIRED
+    assert not Selection.objects.reported(Selection.Status.LOCKED).filter(tx_id="tx-gone")
+    assert Selection.objects.reported(Selection.Status.EXPIRED).get().tx_id == "tx-gone"
     run = run_housekeeping(grace_seconds=5)
     assert (run.expired_removed, run.spent_removed) == (1, 1) and remaining() == set()
-    # The status is left alone: the lease state is derived from the lock rows.
-    assert Selection.objects.get(tx_id="tx-gone").status == Selection.Status.LOCKED
+    # ...which records it, so that stored status and what readers are told agree.
+    assert Selection.objects.get(tx_id="tx-gone").status == Selection.Status.EXPIRED
     with pytest.raises(LeaseLost):
         spend_selection("tx-gone", outputs_for("tx-gone", 5))
     with pytest.raises(LeaseLost):

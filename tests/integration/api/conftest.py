@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 from rest_framework.test import APIClient
 
+from clients import authentication
 from clients.models import ApiKey
 from locks import replica
 from locks.models import Selection, TokenLock
@@ -21,6 +22,14 @@ def fresh_selector():
     replica.reset()
     yield
     replica.reset()
+
+
+@pytest.fixture(autouse=True)
+def fresh_key_cache():
+    """Give each test an empty API-key cache (keys of rolled-back tests must not linger)."""
+    authentication.keys.clear()
+    yield
+    authentication.keys.clear()
 
 
 @pytest.fixture

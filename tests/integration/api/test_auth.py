@@ -6,12 +6,16 @@ import io
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from clients import authentication
 from clients.models import ApiKey
 from locks.models import Selection, TokenLock
 from tests.factories import make_lock, make_token
@@ -70,18 +74,33 @@ def test_another_scheme_counts_as_no_key(make_key):
     assert client.get("/api/v1/tokens/").json()["code"] == "not_authenticated"
 
 
-def test_revoked_and_expired_keys_are_401(make_key, client_for):
+def test_revoked_and_expired_keys_are_401_once_the_key_cache_has_let_them_go(
+        make_key, client_for, monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(authentication.keys, "_clock", lambda: now[0])
     revoked, raw_revoked = make_key(name="revoked")
     expired, raw_expired = make_key(name="expired")
-    assert client_for(raw_revoked).get("/api/v1/tokens/").status_code == 200
+    for raw in (raw_revoked, raw_expired):
+        assert client_for(raw).get("/api/v1/tokens/").status_code == 200
     revoked.revoked = True
     revoked.save()
     expired.expiry_date = timezone.now() - timedelta(seconds=1)
     expired.save()
+    assert client_for(raw_revoked).get("/api/v1/tokens/").status_code == 200  # still cached
+    now[0] += settings.SHERDLOCK["API_KEY_CACHE_SECONDS"]
     for raw in (raw_revoked, raw_expired):
         response = client_for(raw).get("/api/v1/tokens/")
         assert response.status_code == 401
         assert response.json()["code"] == "authentication_failed"
+
+
+def test_a_cached_key_still_checks_the_secret(make_key, client_for):
+    key, raw = make_key(name="cached")
+    assert client_for(raw).get("/api/v1/tokens/").status_code == 200
+    forged = f"{key.prefix}.{'x' * 32}"
+    with CaptureQueriesContext(connection) as queries:
+        assert client_for(forged).get("/api/v1/tokens/").status_code == 401
+    assert not [q for q in queries if "clients_apikey" in q["sql"]]  # answered from the cache
 
 
 @pytest.mark.parametrize("method, url, body", ENDPOINTS)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.db.models import F
+from django.test.utils import CaptureQueriesContext
 
 from clients.models import RateBucket
 from clients.throttling import Rate, consume, parse_rate
@@ -39,15 +42,40 @@ def backdate(key: str, seconds: float) -> None:
 
 
 def test_a_bucket_replenishes_continuously():
-    rate = Rate(4, 60.0)  # one unit every 15 s
-    assert [consume("k", rate)[0] for _ in range(5)] == [True, True, True, True, False]
-    allowed, wait = consume("k", rate)
+    rate = {"k": Rate(4, 60.0)}  # one unit every 15 s
+    assert [consume(rate)[0] for _ in range(5)] == [True, True, True, True, False]
+    allowed, wait = consume(rate)
     assert not allowed and 14 < wait <= 15
     backdate("k", 16)
-    assert consume("k", rate)[0] is True
-    assert consume("k", rate)[0] is False  # only one unit came back
+    assert consume(rate)[0] is True
+    assert consume(rate)[0] is False  # only one unit came back
     backdate("k", 600)
-    assert [consume("k", rate)[0] for _ in range(5)] == [True, True, True, True, False]
+    assert [consume(rate)[0] for _ in range(5)] == [True, True, True, True, False]
+    (bucket,) = RateBucket.objects.all()
+    assert (bucket.capacity, bucket.period) == (4, 60)  # what pruning needs to know
+
+
+def test_both_buckets_are_taken_in_one_statement_and_either_refuses():
+    roomy, tight = Rate(10, 60.0), Rate(1, 60.0)
+    with CaptureQueriesContext(connection) as queries:
+        assert consume({"a": roomy, "b": tight}) == (True, 0.0)
+    assert len(queries) == 1
+    allowed, wait = consume({"a": roomy, "b": tight})
+    assert not allowed and 59 < wait <= 60
+    # The attempt counted against the bucket that had room.
+    assert RateBucket.objects.get(key="a").used == pytest.approx(2, abs=0.01)
+
+
+def test_a_busy_bucket_is_split_into_shards_each_with_its_share():
+    rate = Rate(400, 60.0)
+    assert rate.shards == 8 and Rate(99, 1.0).shards == 1
+    rng = random.Random(1)
+    for _ in range(40):
+        assert consume({"hot": rate}, rng)[0]
+    shards = RateBucket.objects.filter(key__startswith="hot#")
+    assert shards.count() > 1
+    assert {b.capacity for b in shards} == {50}
+    assert sum(round(b.used) for b in shards) == 40
 
 
 @pytest.fixture

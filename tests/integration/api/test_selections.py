@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from locks import replica
 from locks.models import FailedSelection, Selection, TokenLock
@@ -119,3 +122,15 @@ def test_a_tx_id_with_a_slash_is_refused_since_it_could_not_be_addressed(funded)
     response = select(funded, "a/b", "10", expect=400)
     assert "tx_id" in response.json()["fields"]
     assert counts() == before
+
+
+def test_a_selection_reports_its_real_state_lost_then_expired(funded):
+    select(funded, "tx-state", "10")
+    TokenLock.objects.filter(spender_tx_id="tx-state").delete()  # e.g. an operator's release
+    assert funded.get(f"{URL}tx-state/").json()["status"] == "lost"
+    past = timezone.now() - timedelta(seconds=1)
+    Selection.objects.filter(tx_id="tx-state").update(expires_at=past)
+    assert funded.get(f"{URL}tx-state/").json()["status"] == "expired"
+    listed = funded.get(f"{URL}?status=expired").json()["results"]
+    assert [(s["tx_id"], s["status"]) for s in listed] == [("tx-state", "expired")]
+    assert funded.get(f"{URL}?status=locked").json()["results"] == []
