@@ -11,6 +11,7 @@ from django.db.models import Q, Sum
 from django.db.models.functions import Coalesce, Now
 
 from sherdlock import SherdlockError
+from tokens import supply
 from tokens.models import Token
 
 
@@ -39,19 +40,29 @@ class TokenSpec:
             self.wallet, self.currency, Decimal(self.quantity))
 
 
+# Insert the new tokens (identical re-sends are skipped) and add what was really inserted to
+# the per-currency supply summary, in one statement: the summary can never see half an issue.
 ISSUE = """
-INSERT INTO tokens_token (tx_id, "index", wallet, currency, quantity)
-SELECT * FROM unnest(%s::varchar[], %s::integer[], %s::varchar[], %s::varchar[], %s::numeric[])
-ON CONFLICT (tx_id, "index") DO NOTHING
-RETURNING id
-"""
+WITH issued AS (
+    INSERT INTO tokens_token (tx_id, "index", wallet, currency, quantity)
+    SELECT * FROM unnest(%s::varchar[], %s::integer[], %s::varchar[], %s::varchar[],
+                         %s::numeric[])
+    ON CONFLICT (tx_id, "index") DO NOTHING
+    RETURNING id, currency, quantity
+),
+added AS (
+{add_supply})
+SELECT id FROM issued
+""".replace("{add_supply}", supply.ADD_RETURNED.format(source="issued"))
 
 
 def issue_tokens(specs: Sequence[TokenSpec]) -> tuple[list[Token], int]:
     """Create the tokens in one transaction; identical re-sends are no-ops.
 
-    Return the stored tokens, in request order, and how many were new. Raise TokenConflict,
-    writing nothing, when an identity is taken by a token with different content.
+    The value of the new tokens is added to their currencies' supply summary in the same
+    statement. Return the stored tokens, in request order, and how many were new. Raise
+    TokenConflict, writing nothing, when an identity is taken by a token with different
+    content.
     """
     if not specs:
         return [], 0
