@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.conf import settings
 from django.db import connection
@@ -51,6 +52,31 @@ WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM taken)
 """
 
 
+# Delete up to %(limit)s buckets untouched for at least %(idle)s seconds, the longest period
+# of any configured limit. Such a bucket has replenished completely (``remaining`` reached
+# ``max`` after one period, whatever ``used`` was), so it means exactly what no row means: the
+# next CONSUME inserts a fresh row with one unit used. Deleting it loses nothing and keeps the
+# table at one row per recently active key and wallet instead of one per key and wallet ever
+# seen. There is no index on updated_at (one would slow every CONSUME), so a batch reads the
+# table until it has found its rows. SKIP LOCKED passes over buckets being consumed right now,
+# and the repeated predicate keeps a bucket touched after it was picked.
+PRUNE_IDLE = """
+DELETE FROM clients_ratebucket
+WHERE key IN (
+    SELECT key FROM clients_ratebucket
+    WHERE updated_at <= statement_timestamp() - %(idle)s * interval '1 second'
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+AND updated_at <= statement_timestamp() - %(idle)s * interval '1 second'
+"""
+
+# The buckets asked for and the database clock, which stamped them.
+READ_BUCKETS = """
+SELECT key, used, updated_at, statement_timestamp() FROM clients_ratebucket WHERE key = ANY(%s)
+"""
+
+
 @dataclass(frozen=True)
 class Rate:
     """At most ``count`` requests per ``period`` seconds, replenishing continuously."""
@@ -76,6 +102,65 @@ def parse_rate(value: object) -> Rate | None:
     if period <= 0:
         raise ValueError(f"rate limit {value!r} needs a positive period")
     return Rate(count, period)
+
+
+def configured_rates() -> dict[str, Rate]:
+    """Return the enabled limits by scope (a bucket key starts with "<scope>:")."""
+    rates = {scope: parse_rate(value) for scope, value in settings.SHERDLOCK_RATE_LIMITS.items()}
+    return {scope: rate for scope, rate in rates.items() if rate is not None}
+
+
+def idle_after() -> float:
+    """Return the seconds after which an untouched bucket is full: the longest period (or 0)."""
+    return max((rate.period for rate in configured_rates().values()), default=0.0)
+
+
+def prune_idle(limit: int, using: str = "default") -> int:
+    """Delete up to ``limit`` buckets that have been full for a while; return how many."""
+    from django.db import connections
+
+    with connections[using].cursor() as cursor:
+        cursor.execute(PRUNE_IDLE, {"idle": idle_after(), "limit": limit})
+        return cursor.rowcount
+
+
+@dataclass(frozen=True)
+class BucketState:
+    """What a bucket allows now: ``remaining`` units of ``rate.count``, full in ``full_in`` s."""
+
+    key: str
+    rate: Rate
+    remaining: float
+    full_in: float
+    updated_at: datetime | None  # None: no row, i.e. full
+
+    @property
+    def allowed_now(self) -> bool:
+        return self.remaining >= 1
+
+
+def bucket_states(keys: list[str]) -> dict[str, BucketState]:
+    """Return the state of each bucket key of an enabled scope, from one query."""
+    rates = configured_rates()
+    wanted = {key: rates[key.partition(":")[0]] for key in keys
+              if key.partition(":")[0] in rates}
+    if not wanted:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(READ_BUCKETS, [list(wanted)])
+        rows = {key: (used, updated_at, now) for key, used, updated_at, now in cursor.fetchall()}
+    states = {}
+    for key, rate in wanted.items():
+        if key not in rows:
+            states[key] = BucketState(key, rate, float(rate.count), 0.0, None)
+            continue
+        used, updated_at, now = rows[key]
+        # The same decay as CONSUME: used drains at count / period units per second.
+        elapsed = max((now - updated_at).total_seconds(), 0.0)
+        left = max(float(used) - rate.count * elapsed / rate.period, 0.0)
+        states[key] = BucketState(key, rate, rate.count - left, left * rate.period / rate.count,
+                                  updated_at)
+    return states
 
 
 def consume(key: str, rate: Rate) -> tuple[bool, float]:
