@@ -25,7 +25,15 @@ ORDER BY currency
 ON CONFLICT (currency) DO UPDATE SET supply = s.supply + EXCLUDED.supply
 """
 
-# The same, fed by the rows an INSERT ... RETURNING just wrote (see tokens.services.ISSUE).
+# Take each currency's (negative) delta off its row. Separate from ADD because PostgreSQL checks
+# the row an INSERT proposes, negative supply and all, before it finds the conflict.
+SUBTRACT = """
+UPDATE tokens_currencysupply AS s SET supply = s.supply + d.delta
+FROM unnest(%s::varchar[], %s::numeric[]) AS d (currency, delta)
+WHERE s.currency = d.currency
+"""
+
+# The same as ADD, fed by the rows an INSERT ... RETURNING just wrote (see tokens.services.ISSUE).
 ADD_RETURNED = """
 INSERT INTO tokens_currencysupply AS s (currency, supply)
 SELECT currency, sum(quantity) FROM {source} GROUP BY currency ORDER BY currency
@@ -63,11 +71,11 @@ def add(deltas: Mapping[str, Decimal | int]) -> None:
     neither does.
     """
     wanted = {currency: Decimal(delta) for currency, delta in deltas.items() if delta}
-    if not wanted:
-        return
-    currencies = sorted(wanted)
     with connection.cursor() as cursor:
-        cursor.execute(ADD, [currencies, [wanted[c] for c in currencies]])
+        for statement, sign in ((ADD, 1), (SUBTRACT, -1)):
+            currencies = sorted(c for c, delta in wanted.items() if delta * sign > 0)
+            if currencies:
+                cursor.execute(statement, [currencies, [wanted[c] for c in currencies]])
 
 
 def unspent_by_currency(tokens: Iterable[object]) -> dict[str, Decimal]:
