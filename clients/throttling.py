@@ -110,17 +110,24 @@ def configured_rates() -> dict[str, Rate]:
     return {scope: rate for scope, rate in rates.items() if rate is not None}
 
 
-def idle_after() -> float:
-    """Return the seconds after which an untouched bucket is full: the longest period (or 0)."""
-    return max((rate.period for rate in configured_rates().values()), default=0.0)
+def idle_after() -> float | None:
+    """Return the seconds after which an untouched bucket is full: the longest period.
+
+    None when no limit is enabled: then no bucket is read or written, and whatever rows an
+    earlier configuration left are kept in case it comes back.
+    """
+    return max((rate.period for rate in configured_rates().values()), default=None)
 
 
 def prune_idle(limit: int, using: str = "default") -> int:
     """Delete up to ``limit`` buckets that have been full for a while; return how many."""
     from django.db import connections
 
+    idle = idle_after()
+    if idle is None:
+        return 0
     with connections[using].cursor() as cursor:
-        cursor.execute(PRUNE_IDLE, {"idle": idle_after(), "limit": limit})
+        cursor.execute(PRUNE_IDLE, {"idle": idle, "limit": limit})
         return cursor.rowcount
 
 
