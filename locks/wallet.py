@@ -85,7 +85,7 @@ class WalletOverview:
     generated_at: datetime
     balances: list[Balance]
     live: Listed  # selections holding live locks, soonest expiry first
-    locks: Listed  # lock rows on the wallet's tokens, newest first
+    locks: Listed  # lock rows on the wallet's tokens, latest expiry first
     selections: Listed  # every selection, newest first
     failures: Listed  # failed selections, newest first
     bucket: BucketState | None  # the per-wallet rate limit; None when disabled
@@ -150,13 +150,15 @@ def live_selections(wallet: str) -> Listed:
 
 
 def wallet_locks(wallet: str) -> Listed:
-    """Return the newest lock rows on the wallet's tokens, spent ones included.
+    """Return the lock rows on the wallet's tokens that expire last, spent tokens' included.
 
-    The lock table holds no wallet of its own: the wallet's tokens are found through the
-    (wallet, id) index and their lock rows by primary key.
+    The lock table holds no wallet of its own. Ordered by expiry, the lock table's index can
+    be walked from the latest lease down, each row's token checked by primary key, until the
+    list is full; for a wallet with few locks the planner goes from the wallet's tokens
+    (the (wallet, id) index) to their lock rows instead.
     """
     return listed(TokenLock.objects.filter(token__wallet=wallet).select_related("token")
-                  .order_by("-created_at", "-token_id"))
+                  .order_by("-expires_at", "-token_id"))
 
 
 def wallet_keys(wallet: str) -> tuple[Listed, BucketState | None]:
