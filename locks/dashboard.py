@@ -176,9 +176,11 @@ def outcomes_per_minute(now: datetime) -> list[MinuteOutcomes]:
     end = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
     start = end - WINDOW
     minutes = {start + timedelta(minutes=i): {} for i in range(int(WINDOW.total_seconds()) // 60)}
+    # COUNT(*), not COUNT(id): with nothing but created_at read, the selection_recent index
+    # answers alone (an index-only scan) wherever the visibility map allows.
     successes = (Selection.objects.filter(created_at__gte=start, created_at__lt=end)
                  .annotate(minute=TruncMinute("created_at")).values("minute").order_by()
-                 .annotate(n=Count("pk")))
+                 .annotate(n=Count("*")))
     for row in successes:
         minutes.setdefault(row["minute"], {})["success"] = row["n"]
     failures = (FailedSelection.objects.filter(created_at__gte=start, created_at__lt=end)
