@@ -38,8 +38,8 @@ RESULTS = ROOT / "bench" / "results"
 USERNAME = "bench-operator"
 # Every table the seeding writes, emptied first; a table this version of the schema lacks is
 # skipped, so the same script measures older code too.
-TABLES = (*database.TABLES, "locks_lockaudit", "locks_housekeepingrun",
-          "tokens_currencysupply")
+TABLES = tuple(dict.fromkeys((*database.TABLES, "locks_lockaudit", "locks_housekeepingrun",
+                              "tokens_currencysupply")))
 
 # (name, path, query parameters); "{wallet}", "{tx_id}", "{token}", "{spender}" are filled in
 # from the seeded data.
