@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from decimal import Decimal
+from urllib.parse import quote
 
 from django.contrib import admin
 from django.contrib.admin.views.main import SEARCH_VAR
@@ -10,9 +12,10 @@ from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Now
-from django.urls import reverse
+from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.http import RFC3986_SUBDELIMS
 
 from locks.pagination import EstimatedCountPaginator
 from tokens import supply
@@ -34,10 +37,20 @@ def wallet_q(wallet: str, prefix: str = "") -> Q:
             | Q(**{f"{prefix}wallet": wallet, f"{prefix}spent_by__isnull": False}))
 
 
+@functools.lru_cache(maxsize=8)
+def _wallet_pages(script_prefix: str) -> str:
+    # reverse() costs a third of a millisecond; a list shows a hundred wallets.
+    return reverse("admin:wallet", args=["-"]).removesuffix("-/")
+
+
+def wallet_url(wallet: str) -> str:
+    """Return the URL of the wallet's admin page: what reverse() gives, without its cost."""
+    return f"{_wallet_pages(get_script_prefix())}{quote(wallet, safe=RFC3986_SUBDELIMS + '/~:@')}/"
+
+
 def wallet_link(wallet: str) -> str:
     """Link to the wallet's page in the admin."""
-    return format_html('<a href="{}" class="wallet-link">{}</a>',
-                       reverse("admin:wallet", args=[wallet]), wallet)
+    return format_html('<a href="{}" class="wallet-link">{}</a>', wallet_url(wallet), wallet)
 
 
 def small_int(text: str, digits: int = 18) -> int | None:

@@ -17,6 +17,7 @@ from locks.models import FailedSelection, LockAudit, Selection, TokenLock
 from locks.wallet import LIST_SIZE
 from tests.factories import make_token, make_tokens
 from tests.integration.test_admin import lock_tokens, make_selection
+from tokens.admin import wallet_url as admin_wallet_url
 from tokens.models import Token
 
 pytestmark = pytest.mark.django_db
@@ -216,9 +217,10 @@ def test_viewing_and_acting_need_their_permissions(client, django_user_model):
 
 
 @pytest.mark.parametrize("wallet", ["a/b", "with space", "100%", "x?y#z&q=1", "émoji 🪙",
-                                    "line\nbreak", "trailing/"])
+                                    "line\nbreak", "trailing/", "//twice", "-/"])
 def test_any_issued_wallet_name_has_a_page(admin_client, wallet):
     make_tokens(2, wallet=wallet, quantity=4)
+    assert admin_wallet_url(wallet) == wallet_url(wallet)  # the lists' shortcut to reverse()
     response = admin_client.get(wallet_url(wallet))
     assert response.status_code == 200
     assert response.context["data"].wallet == wallet
