@@ -5,13 +5,14 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test test-slow lint bench superuser seed clean help browser
+.PHONY: run test test-slow lint bench bench-admin superuser seed clean help browser
 
 help:
 	@echo "make run        serve web + Celery worker + beat (embedded PostgreSQL and broker by default)"
 	@echo "make test       install and run the whole test suite (short stress variants)"
 	@echo "make test-slow  the long stress variants only"
 	@echo "make bench      benchmarks with baselines; report under bench/results/"
+	@echo "make bench-admin  time every admin page at 1M tokens and 100k locks"
 	@echo "make superuser  create an operator login for the admin"
 	@echo "make seed       load demo tokens (10 wallets x 1000 tokens)"
 	@echo "make browser    install Debian's chromium for the browser tests (apt-get)"
@@ -49,6 +50,10 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 bench: $(BENCH_STAMP)
 	$(PY) -m bench $(BENCH_ARGS)
+
+# Server time and queries of every admin page at scale: `make bench-admin BENCH_ARGS=--reuse`.
+bench-admin: $(STAMP)
+	$(PY) -m bench.admin_pages $(BENCH_ARGS)
 
 test: $(STAMP) browser
 	$(PY) -m ruff check .

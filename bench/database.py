@@ -16,7 +16,7 @@ DEFAULT_NAME = "sherdlock_bench"
 
 # Every table a run writes to; CASCADE would reach the same ones through foreign keys.
 TABLES = ("tokens_token", "locks_tokenlock", "locks_selection", "locks_failedselection",
-          "clients_ratebucket")
+          "clients_ratebucket", "tokens_currencysupply")
 
 # Lock rows left on unspent tokens once every replica has spent or released what it held.
 LEAKED_LOCKS = """
@@ -100,6 +100,10 @@ def reset() -> None:
     with _cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
         cursor.execute("INSERT INTO tokens_token SELECT * FROM bench_snapshot")
+        # Keep the supply summary (what issuing maintains) true to the restored tokens.
+        cursor.execute("INSERT INTO tokens_currencysupply (currency, supply) "
+                       "SELECT currency, sum(quantity) FROM bench_snapshot "
+                       "WHERE spent_at IS NULL GROUP BY currency")
         # New outputs must not reuse snapshot ids.
         cursor.execute("SELECT setval(pg_get_serial_sequence('tokens_token', 'id'), "
                        "(SELECT max(id) FROM tokens_token))")

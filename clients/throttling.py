@@ -20,9 +20,10 @@ import math
 import random
 import re
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.conf import settings
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from rest_framework.throttling import BaseThrottle
 
 from clients.permissions import api_key
@@ -75,6 +76,35 @@ CONSUME = {durable: CONSUME_TEMPLATE.format(
     decayed_found=DECAYED.format(row="b", rate="a")) for durable in (False, True)}
 
 
+# Delete up to %(limit)s buckets untouched for at least their own period. Such a bucket has
+# replenished completely (``remaining`` reaches ``capacity`` after one period, whatever ``used``
+# was), so it means exactly what no row means: the next CONSUME inserts a fresh row with one unit
+# used. Deleting it loses nothing and keeps the table at one row per recently active key and
+# wallet shard instead of one per key and wallet ever seen. There is no index on updated_at (one
+# would slow every CONSUME), so a batch reads the table until it has found its rows. SKIP LOCKED
+# passes over buckets being consumed right now, and the repeated predicate keeps a bucket
+# touched after it was picked.
+PRUNE_IDLE = """
+DELETE FROM clients_ratebucket
+WHERE key IN (
+    SELECT key FROM clients_ratebucket
+    WHERE updated_at <= statement_timestamp() - period * interval '1 second'
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+AND updated_at <= statement_timestamp() - period * interval '1 second'
+"""
+
+# The buckets (every shard) of the logical keys asked for, and the database clock, which
+# stamped them.
+READ_BUCKETS = """
+SELECT split_part(b.key, '#', 1), b.used, b.capacity, b.period, b.updated_at,
+       statement_timestamp()
+FROM clients_ratebucket b
+WHERE split_part(b.key, '#', 1) = ANY(%s)
+"""
+
+
 @dataclass(frozen=True)
 class Rate:
     """At most ``count`` requests per ``period`` seconds, replenishing continuously."""
@@ -105,6 +135,58 @@ def parse_rate(value: object) -> Rate | None:
     if period <= 0:
         raise ValueError(f"rate limit {value!r} needs a positive period")
     return Rate(count, period)
+
+
+def configured_rates() -> dict[str, Rate]:
+    """Return the enabled limits by scope (a bucket key starts with "<scope>:")."""
+    rates = {scope: parse_rate(value) for scope, value in settings.SHERDLOCK_RATE_LIMITS.items()}
+    return {scope: rate for scope, rate in rates.items() if rate is not None}
+
+
+def prune_idle(limit: int, using: str = DEFAULT_DB_ALIAS) -> int:
+    """Delete up to ``limit`` buckets that have been full for a while; return how many."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(PRUNE_IDLE, {"limit": limit})
+        return cursor.rowcount
+
+
+@dataclass(frozen=True)
+class BucketState:
+    """What a bucket allows now: ``remaining`` units of ``rate.count``, full in ``full_in`` s."""
+
+    key: str
+    rate: Rate
+    remaining: float
+    full_in: float
+    updated_at: datetime | None  # the latest of its shards; None: no row, i.e. full
+
+    @property
+    def allowed_now(self) -> bool:
+        return self.remaining >= 1
+
+
+def bucket_states(keys: list[str]) -> dict[str, BucketState]:
+    """Return the state of each bucket key of an enabled scope (all shards), from one query."""
+    rates = configured_rates()
+    wanted = {key: rates[key.partition(":")[0]] for key in keys
+              if key.partition(":")[0] in rates}
+    if not wanted:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(READ_BUCKETS, [list(wanted)])
+        rows = cursor.fetchall()
+    states = {}
+    for key, rate in wanted.items():
+        shards = [row for row in rows if row[0] == key]
+        # The same decay as CONSUME: each shard drains at its capacity / period per second.
+        left = [(max(float(used) - capacity * max((now - updated).total_seconds(), 0.0)
+                     / period, 0.0), capacity, period)
+                for _, used, capacity, period, updated, now in shards]
+        states[key] = BucketState(
+            key, rate, rate.count - sum(x for x, _, _ in left),
+            max((x * period / capacity for x, capacity, period in left), default=0.0),
+            max((row[4] for row in shards), default=None))
+    return states
 
 
 def consume(buckets: dict[str, Rate], rng: random.Random | None = None) -> tuple[bool, float]:

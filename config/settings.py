@@ -70,7 +70,7 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],testserver"
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "config.apps.SherdlockAdminConfig",  # django.contrib.admin with our admin.site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

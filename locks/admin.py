@@ -18,7 +18,7 @@ from locks.models import FailedSelection, HousekeepingRun, LockAudit, Selection,
 from locks.pagination import EstimatedCountPaginator
 from locks.services import release_selection
 from sherdlock import SherdlockError
-from tokens.admin import CurrencyFilter, token_identity_q, wallet_q
+from tokens.admin import CurrencyFilter, small_int, token_identity_q, wallet_link, wallet_q
 from tokens.models import Token
 
 TOKENS_SHOWN = 5
@@ -45,6 +45,7 @@ class InputFilter(admin.SimpleListFilter):
     """A free-text filter: a box instead of one link per distinct value."""
 
     template = "admin/input_filter.html"
+    free_text = True  # any value is matched against the data (see config.admin_site)
 
     def lookups(self, request, model_admin):
         return [("", "")]  # one placeholder so the filter is rendered
@@ -161,7 +162,7 @@ class TokenLockAdmin(ReadOnlyAdmin):
 
     @admin.display(description="wallet")
     def wallet(self, lock: TokenLock) -> str:
-        return lock.token.wallet
+        return wallet_link(lock.token.wallet)
 
     @admin.display(description="currency")
     def currency(self, lock: TokenLock) -> str:
@@ -229,8 +230,8 @@ def lease_state(selection: Selection) -> str:
 
 @admin.register(Selection)
 class SelectionAdmin(ReadOnlyAdmin):
-    list_display = ["tx_id", "wallet", "currency", "quantity", "total", "tokens", "locks_held",
-                    "lease", "created_at", "expires_at"]
+    list_display = ["tx_id", "wallet_display", "currency", "quantity", "total", "tokens",
+                    "locks_held", "lease", "created_at", "expires_at"]
     list_filter = [LeaseFilter, CurrencyFilter]
     ordering = ["-created_at"]
     search_fields = ["tx_id", "wallet"]  # exact, see below
@@ -263,6 +264,10 @@ class SelectionAdmin(ReadOnlyAdmin):
         more = len(selection.token_ids) - len(shown)
         links = format_html_join(", ", "{}", ((token_link(token),) for token in shown))
         return format_html("{}{}", links, f" and {more} more" if more > 0 else "")
+
+    @admin.display(description="wallet", ordering="wallet")
+    def wallet_display(self, selection: Selection) -> str:
+        return wallet_link(selection.wallet)
 
     @admin.display(description="locks held")
     def locks_held(self, selection: Selection) -> str:
@@ -298,8 +303,8 @@ class LockAuditAdmin(ReadOnlyAdmin):
             return queryset, False
         query = (Q(reason__icontains=term) | Q(user__username=term)
                  | Q(spender_tx_ids__contains=[term]))
-        if term.isdigit() and len(term) < 19:
-            query |= Q(token_ids__contains=[int(term)])
+        if (token_id := small_int(term)) is not None:
+            query |= Q(token_ids__contains=[token_id])
         return queryset.filter(query), False
 
     @admin.display(description="spender transactions")
@@ -311,13 +316,14 @@ class LockAuditAdmin(ReadOnlyAdmin):
 
 @admin.register(HousekeepingRun)
 class HousekeepingRunAdmin(ReadOnlyAdmin):
-    list_display = ["started_at", "finished_at", "expired_removed", "spent_removed", "skipped"]
+    list_display = ["started_at", "finished_at", "expired_removed", "spent_removed",
+                    "buckets_removed", "skipped"]
     list_filter = ["skipped"]
 
 
 @admin.register(FailedSelection)
 class FailedSelectionAdmin(ReadOnlyAdmin):
-    list_display = ["created_at", "tx_id", "wallet", "currency", "quantity", "outcome",
+    list_display = ["created_at", "tx_id", "wallet_display", "currency", "quantity", "outcome",
                     "lock_conflicts"]
     list_filter = ["outcome", CurrencyFilter]
     ordering = ["-created_at"]
@@ -329,3 +335,7 @@ class FailedSelectionAdmin(ReadOnlyAdmin):
         if not term:
             return queryset, False
         return queryset.filter(Q(tx_id=term) | Q(wallet=term)), False
+
+    @admin.display(description="wallet", ordering="wallet")
+    def wallet_display(self, failed: FailedSelection) -> str:
+        return wallet_link(failed.wallet)

@@ -1,5 +1,8 @@
 """Housekeeping of the lock table: remove expired leases and the locks of spent tokens.
 
+It also removes rate-limit buckets that have been idle long enough to be full again (their
+statement lives beside the rate limiter, ``clients.throttling.PRUNE_IDLE``), and old history.
+
 Removing a lock row never changes who may lock a token: an expired row is already free to be
 taken over (the store's INSERT ... ON CONFLICT replaces it under a new fence), and a spent
 token can never be locked again (the store checks ``spent_at`` under a row lock). Housekeeping
@@ -9,6 +12,7 @@ twice or be skipped without harm.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -17,6 +21,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, Error, connections
 from django.db.models.functions import Now
 
+from clients.throttling import prune_idle
 from locks.metrics import HOUSEKEEPING_DELETED, HOUSEKEEPING_LAST_RUN
 from locks.models import HousekeepingRun
 
@@ -93,6 +98,8 @@ DELETE FROM locks_failedselection WHERE id IN (
 # Spent first, so that a spent token's lock is counted as "spent" even when its lease has also
 # run out by the time housekeeping gets to it.
 PASSES = (("spent", DELETE_SPENT), ("expired", DELETE_EXPIRED))
+# Counted like the lock passes, in the run record and the deleted-rows metric.
+BUCKETS = "rate_buckets"
 
 Progress = Callable[[str, int], None]
 
@@ -173,7 +180,7 @@ def run_housekeeping(
     progress: Progress | None = None,
     using: str = DEFAULT_DB_ALIAS,
 ) -> HousekeepingRun:
-    """Remove expired locks and spent tokens' locks in bounded batches; record the pass.
+    """Remove expired locks, spent tokens' locks and idle rate-limit buckets; record the pass.
 
     Each kind is removed by at most ``max_batches`` statements of at most ``batch_size`` rows,
     each its own short transaction when called outside ``transaction.atomic`` (as the task and
@@ -191,16 +198,22 @@ def run_housekeeping(
         return run
 
     run = runs.create()
-    removed = dict.fromkeys((kind for kind, _ in PASSES), 0)
+    removed = dict.fromkeys((*(kind for kind, _ in PASSES), BUCKETS), 0)
     batches = settled = 0
     started = time.monotonic()
     completed = False
+
+    def execute(statement: str) -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(statement, {"grace": grace, "limit": batch_size})
+            return cursor.rowcount
+
+    passes = [(kind, functools.partial(execute, statement)) for kind, statement in PASSES]
+    passes.append((BUCKETS, functools.partial(prune_idle, batch_size, using=using)))
     try:
-        for kind, statement in PASSES:
+        for kind, delete_batch in passes:
             for _ in range(max_batches):
-                with connection.cursor() as cursor:
-                    cursor.execute(statement, {"grace": grace, "limit": batch_size})
-                    count = cursor.rowcount
+                count = delete_batch()
                 batches += 1
                 removed[kind] += count
                 HOUSEKEEPING_DELETED.labels(kind=kind).inc(count)
@@ -217,7 +230,7 @@ def run_housekeeping(
             # Partial counts are kept on failure; finished_at stays empty to show it.
             runs.filter(pk=run.pk).update(
                 expired_removed=removed["expired"], spent_removed=removed["spent"],
-                finished_at=Now() if completed else None,
+                buckets_removed=removed[BUCKETS], finished_at=Now() if completed else None,
             )
         finally:
             _release_guard(connection)
@@ -225,8 +238,9 @@ def run_housekeeping(
     HOUSEKEEPING_LAST_RUN.set_to_current_time()
     # Quiet when idle: a pass runs every few seconds, and the run table records it anyway.
     level = logging.INFO if any(removed.values()) else logging.DEBUG
-    logger.log(level, "housekeeping removed %d expired and %d spent lock(s) in %d batch(es), "
-               "settled %d expired selection(s), %.3f s", removed["expired"], removed["spent"],
-               batches, settled, time.monotonic() - started)
+    logger.log(level, "housekeeping removed %d expired and %d spent lock(s) and %d idle "
+               "rate-limit bucket(s) in %d batch(es), settled %d expired selection(s), %.3f s",
+               removed["expired"], removed["spent"], removed[BUCKETS], batches, settled,
+               time.monotonic() - started)
     run.refresh_from_db()
     return run

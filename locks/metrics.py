@@ -9,7 +9,8 @@ from sherdlock import SelectionStats
 # housekeeping
 HOUSEKEEPING_DELETED = Counter(
     "sherdlock_housekeeping_deleted_total",
-    "Lock rows removed by housekeeping: expired leases, and locks of spent tokens.",
+    "Rows removed by housekeeping: expired leases, locks of spent tokens (lock rows), and "
+    "rate-limit buckets idle for a full period.",
     ["kind"],
 )
 # Passes run in Celery worker processes; with PROMETHEUS_MULTIPROC_DIR set, /metrics reads their
@@ -21,7 +22,7 @@ HOUSEKEEPING_LAST_RUN = Gauge(
 )
 
 # Export both series from the first scrape, before anything has been removed.
-for _kind in ("expired", "spent"):
+for _kind in ("expired", "spent", "rate_buckets"):
     HOUSEKEEPING_DELETED.labels(kind=_kind)
 
 # listener

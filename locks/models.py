@@ -175,6 +175,7 @@ class LockAudit(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    # force_release (lock admin), release_selection and extend_selection (wallet page)
     action = models.CharField(max_length=32, default="force_release")
     reason = models.TextField()
     spender_tx_ids = ArrayField(models.CharField(max_length=ID_MAX_LENGTH), default=list)
@@ -195,6 +196,8 @@ class HousekeepingRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     expired_removed = models.PositiveIntegerField(default=0)
     spent_removed = models.PositiveIntegerField(default=0)
+    buckets_removed = models.PositiveIntegerField(
+        default=0, help_text="rate-limit buckets removed after idling a full period")
     skipped = models.BooleanField(default=False, help_text="another housekeeper held the guard")
 
     class Meta:

@@ -227,7 +227,8 @@ def _params(namespace: str, tx_id: str, wallets: Sequence[str] | None) -> dict[s
 
 
 def _durable() -> bool:
-    return bool(settings.SHERDLOCK["DURABLE_LEASES"])
+    # Inside a caller's transaction the statement's commit is the caller's: leave it alone.
+    return bool(settings.SHERDLOCK["DURABLE_LEASES"]) or connection.in_atomic_block
 
 
 def _run(statement: str, params: dict[str, Any], may_fail: bool = False) -> dict[str, Any]:

@@ -15,4 +15,5 @@ from locks.housekeeping import run_housekeeping
 def housekeeping() -> dict[str, object]:
     """Run one housekeeping pass."""
     run = run_housekeeping()
-    return {"expired": run.expired_removed, "spent": run.spent_removed, "skipped": run.skipped}
+    return {"expired": run.expired_removed, "spent": run.spent_removed,
+            "rate_buckets": run.buckets_removed, "skipped": run.skipped}

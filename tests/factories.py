@@ -13,24 +13,30 @@ _counter = itertools.count()
 
 def make_token(wallet: str = "alice", currency: str = "USD", quantity: int | Decimal = 10,
                tx_id: str | None = None, index: int = 0, **extra):
-    """Create and return an unspent token."""
+    """Create and return a token (unspent unless ``extra`` says otherwise), as issued."""
+    from tokens import supply
     from tokens.models import Token
 
-    return Token.objects.create(
+    token = Token.objects.create(
         tx_id=tx_id or f"issue-{next(_counter)}", index=index, wallet=wallet, currency=currency,
         quantity=Decimal(quantity), **extra,
     )
+    supply.add(supply.unspent_by_currency([token]))
+    return token
 
 
 def make_tokens(count: int, wallet: str = "alice", currency: str = "USD", quantity: int = 10):
-    """Create ``count`` unspent tokens in one statement and return them."""
+    """Create ``count`` unspent tokens in one statement and return them, as issued."""
+    from tokens import supply
     from tokens.models import Token
 
     tx_id = f"batch-{next(_counter)}"
-    return Token.objects.bulk_create(
+    tokens = Token.objects.bulk_create(
         Token(tx_id=tx_id, index=i, wallet=wallet, currency=currency, quantity=Decimal(quantity))
         for i in range(count)
     )
+    supply.add({currency: Decimal(quantity) * count})
+    return tokens
 
 
 def make_lock(token, spender_tx_id: str = "spender", fence: int = 1, ttl: float = 60.0):

@@ -92,3 +92,30 @@ class Token(models.Model):
     @property
     def is_spent(self) -> bool:
         return self.spent_at is not None
+
+
+class CurrencySupply(models.Model):
+    """The unspent value of one currency, kept exact without touching the selection hot path.
+
+    A spend conserves value within its currency (its outputs sum exactly to its inputs, in the
+    selection's currency, or it is refused), so the unspent supply of a currency changes only
+    when tokens are issued. It is therefore added to where tokens are issued, in the same
+    transaction (``tokens.services.issue_tokens``, ``seed_tokens``, the token admin, via
+    ``tokens.supply``), and never by selecting, locking, spending or releasing: no trigger, no
+    extra statement, and no hot row that a wallet's spends would queue on. Locks do not change
+    it either; live-locked value is read from the lock table. ``manage.py supply`` recounts it
+    from the tokens, and rebuilds it after tokens were loaded or removed by hand.
+    """
+
+    currency = models.CharField(max_length=CURRENCY_MAX_LENGTH, primary_key=True)
+    # The sum of many 20-digit quantities: 40 digits leaves room for 10**20 of the largest.
+    supply = models.DecimalField(max_digits=40, decimal_places=0, default=Decimal(0))
+
+    class Meta:
+        verbose_name_plural = "currency supplies"
+        constraints = [
+            models.CheckConstraint(condition=Q(supply__gte=0), name="currencysupply_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.currency}: {self.supply}"

@@ -11,6 +11,7 @@ from django.db.models import Q, Sum
 from django.db.models.functions import Coalesce, Now
 
 from sherdlock import SherdlockError
+from tokens import supply
 from tokens.models import Token
 
 
@@ -50,13 +51,20 @@ class TokenSpec:
             self.wallet, self.currency, Decimal(self.quantity))
 
 
+# Insert the new tokens (identical re-sends are skipped) and add what was really inserted to
+# the per-currency supply summary, in one statement: the summary can never see half an issue.
 ISSUE = """
-INSERT INTO tokens_token (namespace, tx_id, "index", wallet, currency, quantity)
-SELECT %s, * FROM unnest(%s::varchar[], %s::integer[], %s::varchar[], %s::varchar[],
-                         %s::numeric[])
-ON CONFLICT (namespace, tx_id, "index") DO NOTHING
-RETURNING id
-"""
+WITH issued AS (
+    INSERT INTO tokens_token (namespace, tx_id, "index", wallet, currency, quantity)
+    SELECT %s, * FROM unnest(%s::varchar[], %s::integer[], %s::varchar[], %s::varchar[],
+                             %s::numeric[])
+    ON CONFLICT (namespace, tx_id, "index") DO NOTHING
+    RETURNING id, currency, quantity
+),
+added AS (
+{add_supply})
+SELECT id FROM issued
+""".replace("{add_supply}", supply.ADD_RETURNED.format(source="issued"))
 
 # Transaction ids of this batch that name selections of the namespace. (A selection made at
 # the same instant can slip past; its spend then records exactly the outputs it created, so
@@ -69,10 +77,11 @@ SELECT tx_id FROM locks_selection WHERE namespace = %s AND tx_id = ANY(%s::varch
 def issue_tokens(specs: Sequence[TokenSpec], namespace: str = "") -> tuple[list[Token], int]:
     """Create the tokens in one transaction; identical re-sends are no-ops.
 
-    Return the stored tokens, in request order, and how many were new. Raise TokenConflict,
-    writing nothing, when an identity is taken by a token with different content, and
-    TxIdInUse when a transaction id names a selection of ``namespace`` (its spend creates the
-    tokens of that id).
+    The value of the new tokens is added to their currencies' supply summary in the same
+    statement. Return the stored tokens, in request order, and how many were new. Raise
+    TokenConflict, writing nothing, when an identity is taken by a token with different
+    content, and TxIdInUse when a transaction id names a selection of ``namespace`` (its
+    spend creates the tokens of that id).
     """
     if not specs:
         return [], 0

@@ -198,3 +198,66 @@ def test_dashboard_opens_from_the_index(page):
     assert dashboard.stat().st_size > 10_000
     if os.environ.get("UPDATE_DOCS_SCREENSHOT"):  # refresh the README picture on purpose only
         shutil.copyfile(dashboard, ROOT / "docs" / "admin-dashboard.png")
+
+
+def hold(tokens, tx_id: str, ttl: float) -> Selection:
+    """Record a selection of ``tokens`` whose locks carry its fence, as a replica would."""
+    total = sum(t.quantity for t in tokens)
+    selection = Selection.objects.create(
+        tx_id=tx_id, wallet=tokens[0].wallet, currency=tokens[0].currency, quantity=total,
+        total=total, token_ids=[t.pk for t in tokens],
+        expires_at=timezone.now() + timedelta(seconds=ttl))
+    now = timezone.now()
+    TokenLock.objects.bulk_create(
+        TokenLock(token=t, spender_tx_id=tx_id, fence=selection.fence, created_at=now,
+                  expires_at=now + timedelta(seconds=ttl)) for t in tokens)
+    return selection
+
+
+def test_wallet_page_from_a_list_release_and_extend_a_selection(page):
+    tokens = make_tokens(40, wallet="wallet-7", currency="USD", quantity=25)
+    make_tokens(10, wallet="wallet-7", currency="EUR", quantity=12)
+    hold(tokens[:6], "pay-stuck", ttl=45)
+    hold(tokens[6:10], "pay-slow", ttl=20)
+    lock(tokens[10:13], "pay-crashed", ttl=-30)
+    FailedSelection.objects.bulk_create(
+        FailedSelection(tx_id=f"pay-big-{i}", wallet="wallet-7", currency="USD",
+                        quantity=1500, outcome=FailedSelection.Outcome.FUNDS_LOCKED,
+                        lock_conflicts=3) for i in range(3))
+    log_in(page)
+    page.goto("/admin/locks/selection/")
+    page.locator("#result_list a.wallet-link", has_text="wallet-7").first.click()
+    page.wait_for_selector("#wallet-balances")
+    assert page.url.endswith("/admin/wallets/wallet-7/")
+    balances = page.inner_text("#wallet-balances")
+    assert "1,000" in balances and "250" in balances and "750" in balances  # unspent, locked
+    assert "funds locked by others for 1,500 USD (750 available now)" in page.inner_text(
+        "#wallet-notes")
+    live = page.locator("#wallet-live tbody tr")
+    assert live.count() == 2 and "pay-slow" in live.nth(0).inner_text()  # soonest expiry first
+    assert "pay-crashed" in page.inner_text("#wallet-locks")
+    assert "pay-big-2" in page.inner_text("#wallet-failures")
+    shot(page, "07-wallet")
+
+    page.locator("#wallet-live tr[data-tx-id='pay-stuck'] button[name=release]").click()
+    page.wait_for_selector("ul.messagelist")
+    # The admin capitalises messages: "Pay-stuck: ..."
+    assert "pay-stuck: released, 6 lock(s) removed" in page.inner_text("ul.messagelist").lower()
+    assert page.locator("#wallet-live tbody tr").count() == 1
+    assert Selection.objects.get(tx_id="pay-stuck").status == Selection.Status.RELEASED
+
+    before = Selection.objects.get(tx_id="pay-slow").expires_at
+    row = page.locator("#wallet-live tr[data-tx-id='pay-slow']")
+    row.locator("input[name=seconds]").fill("300")
+    row.locator("button[name=extend]").click()
+    page.wait_for_selector("ul.messagelist")
+    assert "pay-slow: lease extended until" in page.inner_text("ul.messagelist").lower()
+    after = Selection.objects.get(tx_id="pay-slow").expires_at
+    assert after > before + timedelta(seconds=200)
+    left = page.inner_text("#wallet-live tr[data-tx-id='pay-slow'] .lease-left")
+    assert int(left.split()[0]) > 250
+    wallet = shot(page, "08-wallet-after-actions")
+    audits = {a.action: a.user.username for a in LockAudit.objects.select_related("user")}
+    assert audits == {"release_selection": USERNAME, "extend_selection": USERNAME}
+    if os.environ.get("UPDATE_DOCS_SCREENSHOT"):
+        shutil.copyfile(wallet, ROOT / "docs" / "admin-wallet.png")

@@ -326,9 +326,9 @@ def test_dashboard_shows_supply_locks_contention_outcomes_and_housekeeping(admin
     response = admin_client.get(DASHBOARD)
     assert response.status_code == 200
     data = response.context["data"]
-    supply = {row.currency: (row.tokens, row.supply, row.locked, row.available)
+    supply = {row.currency: (row.supply, row.locked_tokens, row.locked, row.available)
               for row in data.supply}
-    assert supply == {"USD": (5, 50, 20, 30), "EUR": (2, 14, 0, 14)}
+    assert supply == {"USD": (50, 2, 20, 30), "EUR": (14, 0, 0, 14)}
     assert (data.locks.live, data.locks.expiring, data.locks.expired) == (2, 1, 1)
     top = data.contended[0]
     assert (top.wallet, top.funds_locked, top.insufficient_funds, top.lock_conflicts) == (

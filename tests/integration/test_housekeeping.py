@@ -182,7 +182,8 @@ def test_the_guard_is_held_between_batches_while_each_delete_commits(db_url):
             seen.append((taken, left))
 
         run_housekeeping(batch_size=2, grace_seconds=0, progress=probe)
-    assert seen == [(False, 4), (False, 2), (False, 0), (False, 0)]
+    # spent (one empty batch), expired (2 + 2), then the idle rate-limit buckets (none)
+    assert seen == [(False, 4), (False, 2), (False, 0), (False, 0), (False, 0)]
 
 
 def test_the_guard_is_released_after_a_pass_and_after_a_failure(db_url, monkeypatch):
@@ -221,7 +222,8 @@ def test_counts_are_recorded_exported_and_logged(caplog):
     assert counter("expired") == before["expired"] + 1
     assert counter("spent") == before["spent"] + 1
     assert REGISTRY.get_sample_value("sherdlock_housekeeping_last_run_timestamp") >= started
-    assert "housekeeping removed 1 expired and 1 spent lock(s) in 2 batch(es)" in caplog.text
+    assert ("housekeeping removed 1 expired and 1 spent lock(s) and 0 idle rate-limit "
+            "bucket(s) in 3 batch(es)") in caplog.text
 
 
 def test_the_task_and_the_command_run_one_pass():
@@ -230,7 +232,8 @@ def test_the_task_and_the_command_run_one_pass():
     make_lock(make_token(), ttl=-60)
     assert housekeeping.name == "locks.housekeeping" and housekeeping.ignore_result
     assert housekeeping.expires and housekeeping.expires > 0
-    assert housekeeping.apply().get() == {"expired": 1, "spent": 0, "skipped": False}
+    assert housekeeping.apply().get() == {"expired": 1, "spent": 0, "rate_buckets": 0,
+                                          "skipped": False}
     for token in make_tokens(3):
         make_lock(token, ttl=-60)
     out = io.StringIO()

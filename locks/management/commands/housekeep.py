@@ -8,8 +8,9 @@ from locks.housekeeping import run_housekeeping
 
 
 class Command(BaseCommand):
-    help = ("Remove expired locks and the locks of spent tokens once, in batches (what the "
-            "'Lock housekeeping' periodic task does). Defaults come from settings.SHERDLOCK.")
+    help = ("Remove expired locks, the locks of spent tokens and idle rate-limit buckets once, "
+            "in batches (what the 'Lock housekeeping' periodic task does). Defaults come from "
+            "settings.SHERDLOCK.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--batch-size", type=int, default=None,
@@ -20,7 +21,7 @@ class Command(BaseCommand):
                             help="keep locks this long after they expired or were spent")
 
     def handle(self, *args, **options) -> None:
-        totals = {"expired": 0, "spent": 0}
+        totals = {"expired": 0, "spent": 0, "rate_buckets": 0}
 
         def progress(kind: str, removed: int) -> None:
             totals[kind] += removed
@@ -42,4 +43,5 @@ class Command(BaseCommand):
         seconds = (run.finished_at - run.started_at).total_seconds()
         self.stdout.write(self.style.SUCCESS(
             f"removed {run.expired_removed} expired and {run.spent_removed} spent lock(s) "
-            f"in {seconds:.2f}s (housekeeping run {run.pk})"))
+            f"and {run.buckets_removed} idle rate-limit bucket(s) in {seconds:.2f}s "
+            f"(housekeeping run {run.pk})"))

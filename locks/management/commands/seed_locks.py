@@ -40,9 +40,10 @@ grouped AS (
     HAVING sum(quantity) > 0
 ),
 timed AS (
+    -- A live lease has at least a tenth of its length left: none runs out while looked at.
     SELECT *, CASE WHEN expired
                    THEN now() - (%(ttl)s * (1 + r) + 1) * interval '1 second'
-                   ELSE now() - %(ttl)s * r * interval '1 second' END AS created
+                   ELSE now() - 0.9 * %(ttl)s * r * interval '1 second' END AS created
     FROM grouped
 ),
 selections AS (

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 from tqdm import tqdm
 
+from tokens import supply
 from tokens.models import CURRENCY_MAX_LENGTH, MAX_QUANTITY
 
 CHUNK = 50_000
@@ -67,7 +68,9 @@ class Command(BaseCommand):
         ))
 
     def _copy(self, rows: list[tuple[str, int, str, str, int]]) -> int:
-        # One transaction per chunk keeps progress visible and memory flat.
+        # One transaction per chunk keeps progress visible and memory flat; the chunk's value
+        # joins the supply summary in the same transaction.
+        totals: dict[str, int] = {}
         with transaction.atomic(), connection.cursor() as cursor:
             copy_sql = (
                 'COPY tokens_token (tx_id, "index", wallet, currency, quantity) FROM STDIN'
@@ -75,4 +78,6 @@ class Command(BaseCommand):
             with cursor.cursor.copy(copy_sql) as copy:
                 for row in rows:
                     copy.write_row(row)
+                    totals[row[3]] = totals.get(row[3], 0) + row[4]
+            supply.add(totals)
         return len(rows)

@@ -1,0 +1,64 @@
+"""The dashboard's figures: supply from the summary, every lock figure from one statement."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from locks.dashboard import build_dashboard, lock_figures
+from tests.factories import make_tokens
+from tests.integration.test_admin import lock_tokens
+from tokens.models import CurrencySupply, Token
+
+pytestmark = pytest.mark.django_db
+
+
+def test_lock_figures_count_states_value_and_wallets_in_one_statement():
+    alice = make_tokens(6, wallet="alice", currency="USD", quantity=10)
+    bob = make_tokens(4, wallet="bob", currency="EUR", quantity=3)
+    carol = make_tokens(3, wallet="carol", currency="USD", quantity=100)
+    lock_tokens(alice[:3], spender="a", ttl=60)
+    lock_tokens(alice[3:4], spender="a2", ttl=5)  # live, expiring soon
+    lock_tokens(bob[:2], spender="b", ttl=60)
+    lock_tokens(carol, spender="c", ttl=-30)  # expired: not locked value, not busy
+    # A token spent within its lease: its lock is live, counts for its wallet, holds no value.
+    Token.objects.filter(pk=alice[0].pk).update(spent_by="a", spent_at=timezone.now())
+    with CaptureQueriesContext(connection) as captured:
+        figures = lock_figures()
+    assert len(captured.captured_queries) == 1
+    assert (figures.counts.live, figures.counts.expiring, figures.counts.expired) == (6, 1, 3)
+    assert figures.locked == {"USD": (3, Decimal(30)), "EUR": (2, Decimal(6))}
+    assert [(w.wallet, w.live_locks) for w in figures.busiest] == [("alice", 4), ("bob", 2)]
+
+
+def test_busiest_wallets_are_the_top_ones_by_live_locks_then_name():
+    for n, wallet in enumerate(["w1", "w2", "w3", "w4"]):
+        lock_tokens(make_tokens(n + 1, wallet=wallet), spender=wallet)
+    lock_tokens(make_tokens(4, wallet="w0"), spender="w0")  # ties with w4: name decides
+    busiest = lock_figures(top=3).busiest
+    assert [(w.wallet, w.live_locks) for w in busiest] == [("w0", 4), ("w4", 4), ("w3", 3)]
+
+
+def test_supply_rows_come_from_the_summary_with_their_locked_share():
+    tokens = make_tokens(5, wallet="alice", currency="USD", quantity=20)
+    lock_tokens(tokens[:2])
+    CurrencySupply.objects.create(currency="XTS", supply=0)  # issued, all spent since
+    rows = {r.currency: (r.supply, r.locked_tokens, r.locked, r.available)
+            for r in build_dashboard().supply}
+    assert rows == {"USD": (100, 2, 40, 60), "XTS": (0, 0, 0, 0)}
+
+
+def test_the_dashboard_is_the_same_handful_of_queries_whatever_the_data(
+        django_assert_max_num_queries):
+    with django_assert_max_num_queries(8) as empty:
+        build_dashboard()
+    for wallet in ("a", "b", "c"):
+        lock_tokens(make_tokens(20, wallet=wallet, currency=wallet.upper()), spender=wallet)
+    with django_assert_max_num_queries(8) as full:
+        data = build_dashboard()
+    assert len(data.supply) == 3 and data.locks.live == 60
+    assert len(full) == len(empty)
