@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 from clients.permissions import SELECT, check_wallets, may_use, scope_queryset
 from clients.throttling import SelectionsPerKeyThrottle, SelectionsPerWalletThrottle
 from config.exceptions import error_responses
+from config.pagination import IdCursorPagination
 from locks.errors import SelectionNotFound
 from locks.filters import LockFilter, SelectionFilter
 from locks.models import Selection, TokenLock
@@ -32,10 +33,11 @@ from locks.services import (
     select_tokens,
     spend_selection,
 )
-from tokens.serializers import is_identifier
-from tokens.views import IdCursorPagination
+from tokens.models import ID_MAX_LENGTH
+from tokens.rules import identifier_schema, is_identifier
 
-TX_ID = OpenApiParameter("tx_id", str, OpenApiParameter.PATH,
+TX_ID = OpenApiParameter("tx_id", identifier_schema(ID_MAX_LENGTH, path=True),
+                         OpenApiParameter.PATH,
                          description="The spending transaction that owns the selection.")
 
 
@@ -45,7 +47,7 @@ def visible_selection(request, tx_id: str) -> Selection:
     A selection in a wallet outside the key's scope is reported missing, not forbidden, so
     keys cannot probe which transactions other clients run.
     """
-    if is_identifier(tx_id):
+    if is_identifier(tx_id, path=True):
         selection = get_selection(tx_id)
         if may_use(request, selection.wallet):
             return selection
@@ -96,7 +98,7 @@ class SelectionListCreate(generics.ListAPIView):
             "transactions hold the funds; see Retry-After). 429 rate_limited per key or wallet."),
         request=SelectRequestSerializer, tags=["selections"],
         responses={201: SelectionSerializer, 200: SelectionSerializer,
-                   **error_responses(400, 401, 403, 409, 415, 429, conflicts=(
+                   **error_responses(400, 401, 403, 409, 413, 415, 429, conflicts=(
                        "tx_id_conflict, insufficient_funds, funds_locked"))},
     )
     def post(self, request):
@@ -135,7 +137,7 @@ class SelectionSpend(APIView):
             " already_spent (spent with other outputs), output_conflict."),
         parameters=[TX_ID], request=SpendSerializer, tags=["selections"],
         responses={200: SpendResultSerializer,
-                   **error_responses(400, 401, 403, 404, 409, 415, 422, conflicts=(
+                   **error_responses(400, 401, 403, 404, 409, 413, 415, 422, conflicts=(
                        "lease_lost, not_locked, already_spent, output_conflict"))},
     )
     def post(self, request, tx_id: str):
@@ -175,7 +177,7 @@ class SelectionExtend(APIView):
             "selection's maximum lifetime. 409 codes: lease_lost, not_locked, already_spent."),
         parameters=[TX_ID], request=ExtendSerializer, tags=["selections"],
         responses={200: SelectionSerializer, **error_responses(
-            400, 401, 403, 404, 409, 415, conflicts="lease_lost, not_locked, already_spent")},
+            400, 401, 403, 404, 409, 413, 415, conflicts="lease_lost, not_locked, already_spent")},
     )
     def post(self, request, tx_id: str):
         selection = visible_selection(request, tx_id)
