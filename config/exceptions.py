@@ -70,7 +70,8 @@ def error_body(code: str, detail: str, fields: dict | None = None, **extra) -> d
 def error_responses(*statuses: int, conflicts: str = "") -> dict[int, OpenApiResponse]:
     """Describe the error responses of an endpoint (``conflicts``: its 409 codes).
 
-    Every endpoint that reaches the database may answer 503; endpoints that read a body, 413.
+    Every endpoint that reaches the database may answer 503, and the web server refuses a
+    request line that is too long with 414 (no JSON body) on any of them.
     """
     described = {
         400: "invalid, malformed_json",
@@ -84,8 +85,12 @@ def error_responses(*statuses: int, conflicts: str = "") -> dict[int, OpenApiRes
         429: "rate_limited (see Retry-After)",
         503: "database_unavailable (see Retry-After)",
     }
-    return {s: OpenApiResponse(ErrorSerializer, description=described[s])
-            for s in sorted({*statuses, 503})}
+    responses = {s: OpenApiResponse(ErrorSerializer, description=described[s])
+                 for s in sorted({*statuses, 503})}
+    responses[414] = OpenApiResponse(description=(
+        "The request line (path and query) is longer than 8190 bytes: refused by the web "
+        "server, with no JSON body."))
+    return dict(sorted(responses.items()))
 
 
 def flatten(detail: object, prefix: str = "") -> dict[str, list[str]]:

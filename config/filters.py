@@ -9,12 +9,35 @@ from __future__ import annotations
 import django_filters
 from django import forms
 from django_filters.fields import ChoiceField
+from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.drainage import set_override
+from rest_framework.exceptions import ValidationError
 
 from tokens.models import ID_MAX_LENGTH
 from tokens.rules import identifier_schema, is_identifier
 
 EMPTY = "Must not be empty; leave the parameter out to not filter."
+
+
+def query_param(request, name: str) -> str | None:
+    """Return the query parameter ``name`` (None if absent); refuse it if given twice.
+
+    No parameter of the API is a list: a repeat would otherwise silently mean its last value.
+    """
+    values = request.query_params.getlist(name)
+    if len(values) > 1:
+        raise ValidationError({name: ["Give this parameter at most once."]})
+    return values[0] if values else None
+
+
+class StrictFilterBackend(DjangoFilterBackend):
+    """django-filter's backend, refusing a filter parameter given more than once."""
+
+    def get_filterset_kwargs(self, request, queryset, view) -> dict:
+        filterset_class = self.get_filterset_class(view, queryset)
+        for name in getattr(filterset_class, "base_filters", {}):
+            query_param(request, name)
+        return super().get_filterset_kwargs(request, queryset, view)
 
 
 class IdentifierFormField(forms.CharField):

@@ -7,6 +7,8 @@ import re
 from rest_framework import pagination
 from rest_framework.exceptions import NotFound, ValidationError
 
+from config.filters import query_param
+
 MAX_PAGE_SIZE = 1000
 MAX_POSITION = 2**63 - 1  # ids are PostgreSQL bigints
 _PAGE_SIZE = re.compile(r"[0-9]{1,4}")
@@ -26,7 +28,7 @@ class IdCursorPagination(pagination.CursorPagination):
     max_page_size = MAX_PAGE_SIZE
 
     def get_page_size(self, request) -> int:
-        raw = request.query_params.get(self.page_size_query_param)
+        raw = query_param(request, self.page_size_query_param)
         if raw is None:
             return self.page_size
         if not _PAGE_SIZE.fullmatch(raw) or not 1 <= int(raw) <= self.max_page_size:
@@ -35,6 +37,7 @@ class IdCursorPagination(pagination.CursorPagination):
         return int(raw)
 
     def decode_cursor(self, request):
+        query_param(request, self.cursor_query_param)
         cursor = super().decode_cursor(request)
         # DRF checks offset and direction, but hands the position to the query as it is: in
         # a forged cursor it may be anything ("abc", "", "1.5"). Ours are always ids.

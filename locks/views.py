@@ -39,6 +39,8 @@ from tokens.rules import identifier_schema, is_identifier
 TX_ID = OpenApiParameter("tx_id", identifier_schema(ID_MAX_LENGTH, path=True),
                          OpenApiParameter.PATH,
                          description="The spending transaction that owns the selection.")
+# A selection's answer shows its tokens too.
+SELECTION_READ = ("locks.view_selection", "tokens.view_token")
 
 
 def visible_selection(request, tx_id: str) -> Selection:
@@ -58,6 +60,7 @@ class SelectionListCreate(generics.ListAPIView):
     """List selections (GET) or select and lock tokens for a transaction (POST)."""
 
     rights = {"POST": SELECT}
+    read_permissions = SELECTION_READ
     serializer_class = SelectionSerializer
     filterset_class = SelectionFilter
     pagination_class = IdCursorPagination
@@ -115,6 +118,8 @@ class SelectionListCreate(generics.ListAPIView):
 
 class SelectionDetail(APIView):
     """Read one selection."""
+
+    read_permissions = SELECTION_READ
 
     @extend_schema(summary="Get a selection", parameters=[TX_ID], tags=["selections"],
                    responses={200: SelectionSerializer, **error_responses(401, 403, 404)})
@@ -194,6 +199,7 @@ class LockPagination(IdCursorPagination):
 class LockList(generics.ListAPIView):
     """List the lock table joined with its tokens."""
 
+    read_permissions = ("locks.view_tokenlock", "tokens.view_token")
     serializer_class = LockSerializer
     filterset_class = LockFilter
     pagination_class = LockPagination

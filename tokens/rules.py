@@ -14,8 +14,12 @@ from sherdlock import MAX_QUANTITY
 from tokens.models import ID_MAX_LENGTH
 
 # Control characters (Unicode Cc: C0, DEL, C1) cannot be told apart in logs and pages, and
-# PostgreSQL cannot store NUL; lone surrogates are not text.
-_FORBIDDEN = r"\u0000-\u001f\u007f-\u009f\ud800-\udfff"
+# PostgreSQL cannot store NUL.
+_FORBIDDEN = r"\u0000-\u001f\u007f-\u009f"
+# Lone surrogates (JSON can write "\ud800") are not text: PostgreSQL cannot store them. The
+# schema cannot name them (regex engines over Unicode text reject the range), and needs not:
+# a JSON string holding one is not a Unicode string, which is what a JSON Schema string is.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 # Every whitespace character (str.isspace) that is not a control character.
 _BLANK = r" \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 
@@ -34,12 +38,13 @@ def is_identifier(value: object, max_length: int = ID_MAX_LENGTH, path: bool = F
     if not isinstance(value, str) or not 0 < len(value) <= max_length:
         return False
     # fullmatch, not the pattern's own "$": Python's "$" also matches before a final newline.
-    return bool((_PATH_IDENTIFIER if path else _IDENTIFIER).fullmatch(value))
+    return bool((_PATH_IDENTIFIER if path else _IDENTIFIER).fullmatch(value)
+                and not _SURROGATE.search(value))
 
 
 def identifier_problem(value: str) -> str:
     """Name what is wrong with a non-empty string that is not an identifier (a message key)."""
-    if _CONTROL.search(value):
+    if _CONTROL.search(value) or _SURROGATE.search(value):
         return "printable"
     if "/" in value:
         return "slash"

@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 
 from clients.permissions import ISSUE, check_wallets, scope_queryset
 from config.exceptions import error_responses
+from config.filters import query_param
 from config.pagination import IdCursorPagination
 from tokens.filters import TokenFilter
 from tokens.models import CURRENCY_MAX_LENGTH, ID_MAX_LENGTH, Token
@@ -29,6 +30,7 @@ class TokenListCreate(generics.ListAPIView):
     """List tokens (GET) or issue new ones (POST)."""
 
     rights = {"POST": ISSUE}
+    read_permissions = ("tokens.view_token",)
     serializer_class = TokenSerializer
     filterset_class = TokenFilter
     pagination_class = IdCursorPagination
@@ -67,6 +69,8 @@ class TokenListCreate(generics.ListAPIView):
 class WalletBalances(APIView):
     """Report a wallet's unspent, locked and available quantities per currency."""
 
+    read_permissions = ("tokens.view_token", "locks.view_tokenlock")
+
     @extend_schema(
         summary="Wallet balances", tags=["tokens"],
         parameters=[
@@ -81,7 +85,7 @@ class WalletBalances(APIView):
         if not is_identifier(wallet, path=True):
             raise Http404
         check_wallets(request, [wallet])
-        currency = request.query_params.get("currency")
+        currency = query_param(request, "currency")
         if currency is not None and not is_identifier(currency, CURRENCY_MAX_LENGTH):
             raise ValidationError({"currency": ["Not a valid currency."]})
         rows = balances(wallet, currency)
