@@ -11,7 +11,6 @@ from config.filters import query_param
 
 MAX_PAGE_SIZE = 1000
 MAX_POSITION = 2**63 - 1  # ids are PostgreSQL bigints
-_PAGE_SIZE = re.compile(r"[0-9]{1,4}")
 _POSITION = re.compile(r"[0-9]{1,19}")
 
 
@@ -31,10 +30,14 @@ class IdCursorPagination(pagination.CursorPagination):
         raw = query_param(request, self.page_size_query_param)
         if raw is None:
             return self.page_size
-        if not _PAGE_SIZE.fullmatch(raw) or not 1 <= int(raw) <= self.max_page_size:
+        # ASCII digits only (no sign, space or other script), leading zeros allowed: the wire
+        # form of an integer; the length is checked before converting.
+        digits = raw.lstrip("0")
+        if not (raw.isascii() and raw.isdigit() and len(digits) <= len(str(self.max_page_size))
+                and 1 <= int(digits or 0) <= self.max_page_size):
             raise ValidationError({self.page_size_query_param: [
                 f"Must be an integer from 1 to {self.max_page_size}."]})
-        return int(raw)
+        return int(digits)
 
     def decode_cursor(self, request):
         query_param(request, self.cursor_query_param)

@@ -15,21 +15,21 @@ from tokens.models import ID_MAX_LENGTH
 
 # Control characters (Unicode Cc: C0, DEL, C1) cannot be told apart in logs and pages, and
 # PostgreSQL cannot store NUL.
-_FORBIDDEN = r"\u0000-\u001f\u007f-\u009f"
+CONTROL_CHARS = r"\u0000-\u001f\u007f-\u009f"
 # Lone surrogates (JSON can write "\ud800") are not text: PostgreSQL cannot store them. The
 # schema cannot name them (regex engines over Unicode text reject the range), and needs not:
 # a JSON string holding one is not a Unicode string, which is what a JSON Schema string is.
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 # Every whitespace character (str.isspace) that is not a control character.
-_BLANK = r" \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+BLANK_CHARS = r" \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 
-IDENTIFIER_PATTERN = rf"^(?![{_BLANK}]+$)[^{_FORBIDDEN}]+$"
+IDENTIFIER_PATTERN = rf"^(?![{BLANK_CHARS}]+$)[^{CONTROL_CHARS}]+$"
 # A name that is also a URL path segment (a selection's tx_id, a wallet in a path): no "/".
-PATH_IDENTIFIER_PATTERN = rf"^(?![{_BLANK}]+$)[^/{_FORBIDDEN}]+$"
+PATH_IDENTIFIER_PATTERN = rf"^(?![{BLANK_CHARS}]+$)[^/{CONTROL_CHARS}]+$"
 
 _IDENTIFIER = re.compile(IDENTIFIER_PATTERN)
 _PATH_IDENTIFIER = re.compile(PATH_IDENTIFIER_PATTERN)
-_CONTROL = re.compile(f"[{_FORBIDDEN}]")
+_CONTROL = re.compile(f"[{CONTROL_CHARS}]")
 
 
 def is_identifier(value: object, max_length: int = ID_MAX_LENGTH, path: bool = False) -> bool:

@@ -106,9 +106,15 @@ class IdentifierField(serializers.CharField):
 
 
 class StrictIntegerField(serializers.IntegerField):
-    """An integer given as a JSON integer (not a string, float or boolean)."""
+    """An integer given as a JSON number (not a string or a boolean).
+
+    ``1.0`` and ``1e3`` are integers to JSON Schema, so they are accepted as 1 and 1000; a
+    fraction is refused.
+    """
 
     def to_internal_value(self, data: object) -> int:
+        if isinstance(data, float) and data.is_integer():
+            data = int(data)
         if isinstance(data, bool) or not isinstance(data, int):
             self.fail("invalid")
         return data

@@ -167,3 +167,14 @@ def test_quantities_with_leading_zeros_are_refused(selected, quantity):
                              {"outputs": [output(0, "bob", quantity)]}, format="json")
     assert "outputs.0.quantity" in assert_error(response, 400, "invalid")["fields"]
     assert counts() == before
+
+
+@pytest.mark.parametrize("url, query", [
+    ("/api/v1/tokens/", "page_size=5&page_size=7"), ("/api/v1/tokens/", "wallet=alice&wallet=bob"),
+    ("/api/v1/selections/", "status=locked&status=spent"),
+    ("/api/v1/locks/", "state=live&state=live"), ("/api/v1/locks/", "cursor=a&cursor=b"),
+    ("/api/v1/wallets/alice/balances/", "currency=USD&currency=EUR"),
+])
+def test_a_query_parameter_given_twice_is_400(api, url, query):
+    payload = assert_error(api.get(f"{url}?{query}"), 400, "invalid")
+    assert query.split("=")[0] in payload["fields"]
