@@ -65,10 +65,13 @@ test-slow: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
+# Both migrate first: on a fresh database (after `make test`, say) there are no tables yet.
 superuser: $(STAMP)
+	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py createsuperuser
 
 seed: $(STAMP)
+	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py seed_tokens --wallets 10 --tokens-per-wallet 1000
 
 clean:

@@ -1,8 +1,10 @@
-"""Rights and wallet scope of API keys; staff sessions may read everything.
+"""Rights and wallet scope of API keys; staff sessions may read what their permissions show.
 
 A view names the right each HTTP method needs in ``rights`` (safe methods default to
-``can_read``). Wallet scope is checked by the views with the helpers below, because the wallet
-comes from the body, the path or the query string.
+``can_read``), and the Django model permissions a staff session needs to read it in
+``read_permissions`` (none declared: sessions may not read it). Wallet scope is checked by the
+views with the helpers below, because the wallet comes from the body, the path or the query
+string.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ class HasRight(permissions.BasePermission):
     """Require the right the view maps to the request's method.
 
     API keys need the named flag; staff sessions may use safe methods only, so every write
-    is attributable to a client key.
+    is attributable to a client key, and only with the view permissions of the models the
+    view reads (the same ones the admin asks for), across all wallets.
     """
 
     message = "This operation is not allowed."
@@ -52,7 +55,13 @@ class HasRight(permissions.BasePermission):
             return bool(getattr(key, right))
         self.message = "Sessions may only read, and only staff sessions; use an API key."
         safe = request.method in permissions.SAFE_METHODS
-        return safe and right == READ and is_staff_session(request)
+        if not (safe and right == READ and is_staff_session(request)):
+            return False
+        needed = getattr(view, "read_permissions", None)
+        if not needed:
+            return False
+        self.message = f"This account lacks the permission(s) {', '.join(needed)}."
+        return request.user.has_perms(needed)
 
 
 def required_right(request, view) -> str | None:

@@ -10,12 +10,15 @@ from __future__ import annotations
 import math
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+from config.outage import UNAVAILABLE_RETRY_AFTER, is_connection_loss, note_connection_loss
+from config.parsers import RequestTooLarge
 from locks.errors import SelectionInProgress, SelectionNotFound, ValueNotConserved
 from sherdlock import FundsLocked, InsufficientFunds, InvalidRequest, SherdlockError
 
@@ -33,6 +36,18 @@ class ServiceUnavailable(exceptions.APIException):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_detail = "The database is unavailable."
     default_code = "database_unavailable"
+
+
+def unavailable_response(request, exc: BaseException) -> Response:
+    """Answer 503 database_unavailable with Retry-After, logged once."""
+    note_connection_loss(request, exc)
+    response = Response(
+        error_body(ServiceUnavailable.default_code, str(ServiceUnavailable.default_detail)),
+        status=status.HTTP_503_SERVICE_UNAVAILABLE,
+        headers={"Retry-After": UNAVAILABLE_RETRY_AFTER},
+    )
+    response._has_been_logged = True  # Django's request logger would add an error line
+    return response
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -53,19 +68,29 @@ def error_body(code: str, detail: str, fields: dict | None = None, **extra) -> d
 
 
 def error_responses(*statuses: int, conflicts: str = "") -> dict[int, OpenApiResponse]:
-    """Describe the error responses of an endpoint (``conflicts``: its 409 codes)."""
+    """Describe the error responses of an endpoint (``conflicts``: its 409 codes).
+
+    Every endpoint that reaches the database may answer 503, and the web server refuses a
+    request line that is too long with 414 (no JSON body) on any of them.
+    """
     described = {
         400: "invalid, malformed_json",
         401: "not_authenticated, authentication_failed",
         403: "permission_denied",
         404: "not_found",
         409: conflicts or "conflict",
+        413: "request_too_large",
         415: "unsupported_media_type",
         422: "value_not_conserved",
         429: "rate_limited (see Retry-After)",
-        503: "database_unavailable",
+        503: "database_unavailable (see Retry-After)",
     }
-    return {s: OpenApiResponse(ErrorSerializer, description=described[s]) for s in statuses}
+    responses = {s: OpenApiResponse(ErrorSerializer, description=described[s])
+                 for s in sorted({*statuses, 503})}
+    responses[414] = OpenApiResponse(description=(
+        "The request line (path and query) is longer than 8190 bytes: refused by the web "
+        "server, with no JSON body."))
+    return dict(sorted(responses.items()))
 
 
 def flatten(detail: object, prefix: str = "") -> dict[str, list[str]]:
@@ -132,6 +157,8 @@ def api_exception_response(exc: exceptions.APIException) -> Response:
         headers["WWW-Authenticate"] = exc.auth_header
     if isinstance(exc, exceptions.Throttled):
         headers["Retry-After"] = _retry_after(exc.wait)
+    elif isinstance(exc, ServiceUnavailable):
+        headers["Retry-After"] = UNAVAILABLE_RETRY_AFTER
     code = next((c for cls, c in DRF_CODES.items() if isinstance(exc, cls)), exc.default_code)
     if isinstance(exc, exceptions.ValidationError):
         fields = flatten(exc.detail)
@@ -146,7 +173,11 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied()
-    if isinstance(exc, SherdlockError):
+    elif isinstance(exc, RequestDataTooBig):  # Django's own check, when DRF reads request.body
+        exc = RequestTooLarge()
+    if is_connection_loss(exc):
+        response = unavailable_response(context.get("request"), exc)
+    elif isinstance(exc, SherdlockError):
         response = sherdlock_response(exc)
     elif isinstance(exc, exceptions.APIException):
         response = api_exception_response(exc)

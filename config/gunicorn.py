@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import os
 
+# The longest request line gunicorn reads (its maximum); longer ones get 414 before Django sees
+# them. A legitimate request stays well under it: names of 128 characters, percent-encoded
+# UTF-8, in the path and in three filters take about 4 KB, gunicorn's default limit.
+limit_request_line = 8190
+MAX_REQUEST_LINE = limit_request_line
+
 
 def child_exit(server, worker) -> None:
     """Let the metrics of a finished worker stop counting as live (gauges) once it exits."""

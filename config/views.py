@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import logging
+import sys
 
 from django.db import Error as DatabaseError
 from django.db import connection
@@ -14,9 +14,8 @@ from rest_framework import permissions, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.exceptions import ServiceUnavailable, error_body, error_responses
-
-logger = logging.getLogger(__name__)
+from config.exceptions import error_body, error_responses, unavailable_response
+from config.outage import is_connection_loss
 
 STATUS = inline_serializer("Status", {"status": serializers.CharField()})
 
@@ -48,8 +47,7 @@ class Readyz(Probe):
                 cursor.execute("SELECT 1")
                 cursor.fetchone()
         except DatabaseError as exc:
-            logger.warning("readiness check failed: %s", exc)
-            raise ServiceUnavailable() from exc
+            return unavailable_response(request, exc)
         return Response({"status": "ok"})
 
 
@@ -91,7 +89,15 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    """Answer a crash under /api/ in the API's error shape; others get Django's page."""
+    """Answer a crash under /api/ in the API's error shape; others get Django's page.
+
+    Django calls this while handling the exception (raised in a middleware, or anywhere views
+    do not catch it), so ``sys.exc_info()`` names it: a lost database is a 503, not a bug.
+    """
+    if is_connection_loss(sys.exc_info()[1]):
+        from config.middleware import unavailable_page
+
+        return unavailable_page(request)
     if _is_api(request):
         return JsonResponse(error_body("server_error", "Internal server error."), status=500)
     return defaults.server_error(request)

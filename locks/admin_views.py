@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 
 from django import forms
@@ -18,6 +19,9 @@ from locks.models import LockAudit, TokenLock
 logger = logging.getLogger(__name__)
 
 LISTED_ON_CONFIRMATION = 50
+# Locks one confirmation may release: each travels in the form as "token:fence".
+MAX_FORCE_RELEASE = 10_000
+_PAIR = re.compile(r"([0-9]{1,19}):([0-9]{1,19})")
 
 
 class ForceReleaseForm(forms.Form):
@@ -25,43 +29,84 @@ class ForceReleaseForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60}), max_length=2000,
         help_text="Recorded in the lock audit with your name and the time.",
     )
+    # The locks as the confirmation page showed them, "token:fence,...": a lock that changed
+    # hands since (a new selection took the token, under a larger fence) is not released.
+    locks = forms.CharField(widget=forms.HiddenInput, max_length=40 * MAX_FORCE_RELEASE,
+                            error_messages={"required": "No locks were confirmed; start again."})
+
+    def clean_locks(self) -> dict[int, int]:
+        pairs: dict[int, int] = {}
+        for item in self.cleaned_data["locks"].split(","):
+            match = _PAIR.fullmatch(item)
+            if not match:
+                raise forms.ValidationError("The list of locks is damaged; start again.")
+            pairs[int(match[1])] = int(match[2])
+        return pairs
 
 
-def force_release(queryset, user, reason: str) -> LockAudit:
-    """Delete the locks in ``queryset`` and record who did it, when and why."""
+def shown_locks(queryset) -> str:
+    """Encode the locks the confirmation page shows as "token:fence,..." (token id order)."""
+    rows = queryset.order_by("pk").values_list("pk", "fence")
+    return ",".join(f"{pk}:{fence}" for pk, fence in rows)
+
+
+def force_release(queryset, user, reason: str, shown: dict[int, int]) -> tuple[LockAudit, int]:
+    """Delete the locks of ``queryset`` still held under the fence ``shown`` names; audit them.
+
+    Return the audit and how many shown locks were left alone because they changed hands or
+    went away since the confirmation page (keyed by token alone, the DELETE would remove a new
+    holder's lock).
+    """
     with transaction.atomic():
         # Lock the rows first so the audit names exactly what is deleted: a selector cannot
         # take over (re-grant) one of them between this read and the DELETE.
-        rows = list(queryset.select_for_update(of=("self",)).order_by("pk")
-                    .values_list("pk", "spender_tx_id"))
-        token_ids = [pk for pk, _ in rows]
+        rows = list(queryset.filter(pk__in=list(shown)).select_for_update(of=("self",))
+                    .order_by("pk").values_list("pk", "spender_tx_id", "fence"))
+        kept = [(pk, spender) for pk, spender, fence in rows if shown[pk] == fence]
+        token_ids = [pk for pk, _ in kept]
         deleted, _ = TokenLock.objects.filter(pk__in=token_ids).delete()
         audit = LockAudit.objects.create(
             user=user, action="force_release", reason=reason, count=deleted,
-            spender_tx_ids=sorted({spender for _, spender in rows}), token_ids=token_ids,
+            spender_tx_ids=sorted({spender for _, spender in kept}), token_ids=token_ids,
         )
     logger.warning("%s force-released %d lock(s): %s", user, deleted, reason)
-    return audit
+    return audit, len(shown) - deleted
 
 
 def force_release_view(modeladmin, request, queryset):
     """Ask for a reason, then force-release; return None to go back to the changelist."""
-    form = ForceReleaseForm(request.POST if request.POST.get("post") == "yes" else None)
+    submitted = request.POST.get("post") == "yes"
+    form = ForceReleaseForm(request.POST if submitted else None)
     if form.is_valid():
-        audit = force_release(queryset, request.user, form.cleaned_data["reason"])
+        audit, skipped = force_release(queryset, request.user, form.cleaned_data["reason"],
+                                       form.cleaned_data["locks"])
         modeladmin.message_user(
             request, f"Force-released {audit.count} lock(s); recorded as audit #{audit.pk}.",
             messages.SUCCESS)
+        if skipped:
+            modeladmin.message_user(
+                request, f"{skipped} lock(s) left alone: released, or taken by another "
+                "transaction since the confirmation page.", messages.WARNING)
         return None
-    opts = modeladmin.model._meta
     count = queryset.count()
+    if count == 0:
+        modeladmin.message_user(request, "None of the selected locks exists any more.",
+                                messages.INFO)
+        return None
+    if count > MAX_FORCE_RELEASE:
+        modeladmin.message_user(request, f"{count} locks selected; force-release at most "
+                                f"{MAX_FORCE_RELEASE} at a time.", messages.ERROR)
+        return None
+    # Asked again (no reason given): keep the locks of the first showing, the ones confirmed.
+    shown = request.POST.get("locks") if submitted and "locks" not in form.errors else None
     context = {
         **modeladmin.admin_site.each_context(request),
         "title": "Force release locks",
-        "opts": opts,
+        "opts": modeladmin.model._meta,
         "form": form,
+        "locks": shown or shown_locks(queryset),
         "count": count,
-        "listed": queryset[:LISTED_ON_CONFIRMATION],
+        "listed": queryset.order_by("pk")[:LISTED_ON_CONFIRMATION],
         "more": max(count - LISTED_ON_CONFIRMATION, 0),
         "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
         "select_across": request.POST.get("select_across", "0"),

@@ -6,17 +6,17 @@ import django_filters
 from django.db.models import QuerySet
 from django.db.models.functions import Now
 
+from config.filters import IdentifierFilter, StrictChoiceFilter
 from locks.models import Selection, TokenLock
-from tokens.models import CURRENCY_MAX_LENGTH, ID_MAX_LENGTH
+from tokens.models import CURRENCY_MAX_LENGTH
 
 
 class SelectionFilter(django_filters.FilterSet):
     """Filter selections by wallet, currency and status."""
 
-    wallet = django_filters.CharFilter(max_length=ID_MAX_LENGTH)
-    currency = django_filters.CharFilter(max_length=CURRENCY_MAX_LENGTH)
-    status = django_filters.ChoiceFilter(choices=Selection.Status.choices,
-                                         method="filter_status")
+    wallet = IdentifierFilter()
+    currency = IdentifierFilter(max_length=CURRENCY_MAX_LENGTH)
+    status = StrictChoiceFilter(choices=Selection.Status.choices, method="filter_status")
 
     class Meta:
         model = Selection
@@ -30,12 +30,11 @@ class SelectionFilter(django_filters.FilterSet):
 class LockFilter(django_filters.FilterSet):
     """Filter locks by their token's wallet and currency, the spender, and liveness."""
 
-    wallet = django_filters.CharFilter(field_name="token__wallet", max_length=ID_MAX_LENGTH)
-    currency = django_filters.CharFilter(field_name="token__currency",
-                                         max_length=CURRENCY_MAX_LENGTH)
-    spender_tx_id = django_filters.CharFilter(max_length=ID_MAX_LENGTH)
-    state = django_filters.ChoiceFilter(choices=[("live", "live"), ("expired", "expired")],
-                                        method="filter_state")
+    wallet = IdentifierFilter(field_name="token__wallet")
+    currency = IdentifierFilter(field_name="token__currency", max_length=CURRENCY_MAX_LENGTH)
+    spender_tx_id = IdentifierFilter()
+    state = StrictChoiceFilter(choices=[("live", "live"), ("expired", "expired")],
+                               method="filter_state")
 
     class Meta:
         model = TokenLock

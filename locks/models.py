@@ -169,7 +169,7 @@ class Selection(models.Model):
 
 
 class LockAudit(models.Model):
-    """Who removed which locks by hand, when and why."""
+    """Who changed locks or tokens by hand (force release, spent-state correction), when, why."""
 
     created_at = models.DateTimeField(db_default=Now(), db_index=True)
     user = models.ForeignKey(

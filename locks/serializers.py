@@ -8,13 +8,15 @@ from rest_framework import serializers
 from locks.models import Selection, TokenLock
 from locks.services import selection_tokens
 from tokens.models import Token
+from tokens.rules import AMOUNT_PATTERN
 from tokens.serializers import (
-    MAX_TOKENS_PER_REQUEST,
+    AmountField,
     IdentifierField,
     QuantityField,
     StrictIntegerField,
     currency_field,
     index_field,
+    item_list,
     reject_duplicate_indexes,
 )
 from tokens.services import TokenSpec
@@ -25,16 +27,12 @@ MAX_EXTEND_SECONDS = 86400
 class SelectRequestSerializer(serializers.Serializer):
     """Lock tokens of ``wallet`` worth at least ``quantity`` of ``currency`` for ``tx_id``."""
 
-    tx_id = IdentifierField(help_text="The spending transaction; names the selection.")
+    # The tx_id is a path segment of /selections/{tx_id}/: a "/" would make it unreachable.
+    tx_id = IdentifierField(path=True, help_text=(
+        "The spending transaction; names the selection. No \"/\": it is a path segment."))
     wallet = IdentifierField()
     currency = currency_field()
     quantity = QuantityField()
-
-    def validate_tx_id(self, tx_id: str) -> str:
-        # The tx_id is a path segment of /selections/{tx_id}/: a "/" would make it unreachable.
-        if "/" in tx_id:
-            raise serializers.ValidationError('Must not contain "/".')
-        return tx_id
 
 
 class SelectedTokenSerializer(serializers.Serializer):
@@ -42,14 +40,14 @@ class SelectedTokenSerializer(serializers.Serializer):
 
     tx_id = serializers.CharField()
     index = serializers.IntegerField()
-    quantity = QuantityField()
+    quantity = AmountField()
 
 
 class SelectionSerializer(serializers.ModelSerializer):
     """A selection and the tokens it holds (or held)."""
 
-    quantity = QuantityField()
-    total = QuantityField(help_text="Sum of the selected tokens.")
+    quantity = AmountField()
+    total = AmountField(help_text="Sum of the selected tokens.")
     change = serializers.SerializerMethodField(help_text="total - quantity.")
     tokens = serializers.SerializerMethodField()
     status = serializers.ChoiceField(
@@ -63,7 +61,7 @@ class SelectionSerializer(serializers.ModelSerializer):
                   "status", "fence", "created_at", "expires_at", "spent_at", "released_at"]
         read_only_fields = fields
 
-    @extend_schema_field({"type": "string", "pattern": "^[0-9]+$"})
+    @extend_schema_field({"type": "string", "pattern": AMOUNT_PATTERN})
     def get_change(self, selection: Selection) -> str:
         return str(int(selection.total - selection.quantity))
 
@@ -98,7 +96,7 @@ class OutputSerializer(serializers.Serializer):
 class SpendSerializer(serializers.Serializer):
     """The outputs of the spending transaction; they must add up to the selection's total."""
 
-    outputs = OutputSerializer(many=True, max_length=MAX_TOKENS_PER_REQUEST)
+    outputs = item_list(OutputSerializer())
 
     def validate_outputs(self, outputs: list[dict]) -> list[dict]:
         reject_duplicate_indexes(outputs, ("index",), "output index")
@@ -115,7 +113,7 @@ class OutputTokenSerializer(serializers.Serializer):
     index = serializers.IntegerField()
     wallet = serializers.CharField()
     currency = serializers.CharField()
-    quantity = QuantityField()
+    quantity = AmountField()
 
 
 class SpendResultSerializer(SelectionSerializer):
@@ -151,7 +149,7 @@ class LockSerializer(serializers.ModelSerializer):
     token = serializers.CharField(source="token.__str__", help_text="tx_id:index")
     wallet = serializers.CharField(source="token.wallet")
     currency = serializers.CharField(source="token.currency")
-    quantity = QuantityField(source="token.quantity")
+    quantity = AmountField(source="token.quantity")
     state = serializers.ChoiceField(choices=["live", "expired"], read_only=True)
 
     class Meta:

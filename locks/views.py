@@ -19,6 +19,7 @@ from clients.permissions import (
 )
 from clients.throttling import SelectionRateThrottle
 from config.exceptions import error_responses
+from config.pagination import IdCursorPagination
 from locks.errors import SelectionNotFound
 from locks.filters import LockFilter, SelectionFilter
 from locks.models import Selection, TokenLock
@@ -38,11 +39,14 @@ from locks.services import (
     select_tokens,
     spend_selection,
 )
-from tokens.serializers import is_identifier
-from tokens.views import IdCursorPagination
+from tokens.models import ID_MAX_LENGTH
+from tokens.rules import identifier_schema, is_identifier
 
-TX_ID = OpenApiParameter("tx_id", str, OpenApiParameter.PATH,
+TX_ID = OpenApiParameter("tx_id", identifier_schema(ID_MAX_LENGTH, path=True),
+                         OpenApiParameter.PATH,
                          description="The spending transaction that owns the selection.")
+# A selection's answer shows its tokens too.
+SELECTION_READ = ("locks.view_selection", "tokens.view_token")
 
 
 def lookup(request, tx_id: str) -> dict[str, object]:
@@ -51,7 +55,7 @@ def lookup(request, tx_id: str) -> dict[str, object]:
     Another client's selection, or one in a wallet outside the key's scope, is reported
     missing, not forbidden, so keys cannot probe which transactions other clients run.
     """
-    if not is_identifier(tx_id):
+    if not is_identifier(tx_id, path=True):
         raise SelectionNotFound(f"no selection for transaction {tx_id}")
     scope = wallet_scope(request)
     return {"namespace": request_namespace(request),
@@ -67,6 +71,7 @@ class SelectionListCreate(generics.ListAPIView):
     """List selections (GET) or select and lock tokens for a transaction (POST)."""
 
     rights = {"POST": SELECT}
+    read_permissions = SELECTION_READ
     serializer_class = SelectionSerializer
     filterset_class = SelectionFilter
     pagination_class = IdCursorPagination
@@ -107,7 +112,7 @@ class SelectionListCreate(generics.ListAPIView):
             "transactions hold the funds; see Retry-After). 429 rate_limited per key or wallet."),
         request=SelectRequestSerializer, tags=["selections"],
         responses={201: SelectionSerializer, 200: SelectionSerializer,
-                   **error_responses(400, 401, 403, 409, 415, 429, conflicts=(
+                   **error_responses(400, 401, 403, 409, 413, 415, 429, conflicts=(
                        "tx_id_conflict, insufficient_funds, funds_locked"))},
     )
     def post(self, request):
@@ -125,6 +130,8 @@ class SelectionListCreate(generics.ListAPIView):
 
 class SelectionDetail(APIView):
     """Read one selection."""
+
+    read_permissions = SELECTION_READ
 
     @extend_schema(summary="Get a selection", parameters=[TX_ID], tags=["selections"],
                    responses={200: SelectionSerializer, **error_responses(401, 403, 404)})
@@ -147,7 +154,7 @@ class SelectionSpend(APIView):
             " already_spent (spent with other outputs), output_conflict."),
         parameters=[TX_ID], request=SpendSerializer, tags=["selections"],
         responses={200: SpendResultSerializer,
-                   **error_responses(400, 401, 403, 404, 409, 415, 422, conflicts=(
+                   **error_responses(400, 401, 403, 404, 409, 413, 415, 422, conflicts=(
                        "lease_lost, not_locked, already_spent, output_conflict"))},
     )
     def post(self, request, tx_id: str):
@@ -187,7 +194,7 @@ class SelectionExtend(APIView):
             "selection's maximum lifetime. 409 codes: lease_lost, not_locked, already_spent."),
         parameters=[TX_ID], request=ExtendSerializer, tags=["selections"],
         responses={200: SelectionSerializer, **error_responses(
-            400, 401, 403, 404, 409, 415, conflicts="lease_lost, not_locked, already_spent")},
+            400, 401, 403, 404, 409, 413, 415, conflicts="lease_lost, not_locked, already_spent")},
     )
     def post(self, request, tx_id: str):
         where = lookup(request, tx_id)
@@ -204,6 +211,7 @@ class LockPagination(IdCursorPagination):
 class LockList(generics.ListAPIView):
     """List the lock table joined with its tokens."""
 
+    read_permissions = ("locks.view_tokenlock", "tokens.view_token")
     serializer_class = LockSerializer
     filterset_class = LockFilter
     pagination_class = LockPagination

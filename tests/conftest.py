@@ -46,14 +46,19 @@ def db_url(transactional_db) -> str:
     return database_url(connection.settings_dict)
 
 
-@pytest.fixture
-def subprocess_env(db_url: str) -> dict[str, str]:
-    """Environment for a child process that uses the test database."""
+def child_env(db_url: str) -> dict[str, str]:
+    """Return the environment of a child process that uses the database at ``db_url``."""
     env = dict(os.environ)
     env["DATABASE_URL"] = db_url
     env["DJANGO_SETTINGS_MODULE"] = "config.settings"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
+
+
+@pytest.fixture
+def subprocess_env(db_url: str) -> dict[str, str]:
+    """Environment for a child process that uses the test database."""
+    return child_env(db_url)
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from django.utils.http import RFC3986_SUBDELIMS
 
 from locks.pagination import EstimatedCountPaginator
 from tokens import supply
+from tokens.admin_views import mark_unspent_view
 from tokens.models import Token
 
 CURRENCIES_CACHE_KEY = "admin:token-currencies"
@@ -162,16 +163,25 @@ class TokenAdmin(admin.ModelAdmin):
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
+    actions = ["mark_unspent"]
 
     def get_fields(self, request, obj=None):
         if obj is None:
-            return [*IDENTITY_FIELDS, "spent_by", "spent_at"]
+            return list(IDENTITY_FIELDS)  # a token is issued unspent
         return [*IDENTITY_FIELDS, "created_at", "spent_by", "spent_at", "lock_link"]
 
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return []
-        return [*IDENTITY_FIELDS, "created_at", "lock_link"]
+        # Nothing of a stored token is edited here. Its spent state above all: a form opened
+        # before a spend and saved after it would un-spend the token while the spend's outputs
+        # exist. Corrections go through the audited action.
+        return [*IDENTITY_FIELDS, "created_at", "spent_by", "spent_at", "lock_link"]
+
+    @admin.action(description="Mark selected tokens unspent (audited correction)",
+                  permissions=["change"])
+    def mark_unspent(self, request, queryset):
+        return mark_unspent_view(self, request, queryset)
 
     def get_ordering(self, request):
         if request.GET.get(SEARCH_VAR, "").strip():

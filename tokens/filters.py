@@ -5,7 +5,8 @@ from __future__ import annotations
 import django_filters
 from django.db.models import QuerySet
 
-from tokens.models import CURRENCY_MAX_LENGTH, ID_MAX_LENGTH, Token
+from config.filters import IdentifierFilter, StrictChoiceFilter
+from tokens.models import CURRENCY_MAX_LENGTH, Token
 
 BOOLEAN_CHOICES = [("true", "true"), ("false", "false")]
 
@@ -13,10 +14,10 @@ BOOLEAN_CHOICES = [("true", "true"), ("false", "false")]
 class TokenFilter(django_filters.FilterSet):
     """Filter by wallet, currency and whether the token is spent."""
 
-    wallet = django_filters.CharFilter(max_length=ID_MAX_LENGTH)
-    currency = django_filters.CharFilter(max_length=CURRENCY_MAX_LENGTH)
+    wallet = IdentifierFilter()
+    currency = IdentifierFilter(max_length=CURRENCY_MAX_LENGTH)
     # A choice (not BooleanFilter) so that "spent=maybe" is an error rather than ignored.
-    spent = django_filters.ChoiceFilter(choices=BOOLEAN_CHOICES, method="filter_spent")
+    spent = StrictChoiceFilter(choices=BOOLEAN_CHOICES, method="filter_spent")
 
     class Meta:
         model = Token

@@ -9,82 +9,127 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
+from django.core.validators import MaxLengthValidator, MinLengthValidator
+from drf_spectacular.drainage import set_override
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from sherdlock import MAX_QUANTITY
 from tokens.models import CURRENCY_MAX_LENGTH, ID_MAX_LENGTH, Token
+from tokens.rules import (
+    AMOUNT_PATTERN,
+    MAX_QUANTITY_DIGITS,
+    QUANTITY_PATTERN,
+    identifier_problem,
+    identifier_schema,
+    is_identifier,
+)
 from tokens.services import TokenSpec
 
 MAX_TOKENS_PER_REQUEST = 1000
 MAX_INDEX = 2**31 - 1  # the column is a PostgreSQL integer
-_DIGITS = re.compile(r"[0-9]+")
+_QUANTITY = re.compile(QUANTITY_PATTERN)
 
 
-def is_identifier(value: object, max_length: int = ID_MAX_LENGTH) -> bool:
-    """Tell whether ``value`` is a usable name: a printable, non-blank string within bounds."""
-    # Printable excludes NUL and lone surrogates, which PostgreSQL cannot store.
-    return (isinstance(value, str) and 0 < len(value) <= max_length and value.isprintable()
-            and not value.isspace())
-
-
-@extend_schema_field({
-    "type": "string", "pattern": "^[0-9]+$", "example": "100",
-    "description": "An integer as a string of digits; in requests 1..18446744073709551615.",
-})
 class QuantityField(serializers.Field):
-    """An integer quantity 1..2**64-1 written as a string of ASCII digits."""
+    """An integer quantity 1..2**64-1 written as a string of ASCII digits, no leading zero."""
 
     default_error_messages = {
         "invalid": "Must be a string of digits, e.g. \"100\" (no sign, fraction or exponent).",
+        "leading_zero": "Must not start with 0.",
         "min_value": "Must be at least 1.",
         "max_value": f"Must be at most {MAX_QUANTITY}.",
     }
 
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        set_override(self, "field", {
+            "type": "string", "pattern": QUANTITY_PATTERN, "minLength": 1,
+            "maxLength": MAX_QUANTITY_DIGITS, "example": "100",
+            "description": f"An integer 1..{MAX_QUANTITY} as a string of digits, no leading 0."})
+
     def to_internal_value(self, data: object) -> int:
-        if not isinstance(data, str) or not _DIGITS.fullmatch(data):
+        # The schema's pattern decides; the checks below only choose the message.
+        if isinstance(data, str) and _QUANTITY.fullmatch(data):
+            return int(data)
+        if not isinstance(data, str) or not data.isascii() or not data.isdigit():
             self.fail("invalid")
-        # Bound the length before converting so a megabyte of digits costs nothing.
-        if len(data.lstrip("0")) > len(str(MAX_QUANTITY)):
-            self.fail("max_value")
-        value = int(data)
-        if value < 1:
+        if data.strip("0") == "":
             self.fail("min_value")
-        if value > MAX_QUANTITY:
-            self.fail("max_value")
-        return value
+        if data.startswith("0"):
+            self.fail("leading_zero")
+        self.fail("max_value")
+
+    def to_representation(self, value: int | Decimal) -> str:
+        return str(int(value))
+
+
+@extend_schema_field({"type": "string", "pattern": AMOUNT_PATTERN, "example": "100",
+                      "description": "An integer as a string of digits."})
+class AmountField(serializers.Field):
+    """A stored quantity or a sum of them, written as a string of digits (responses only)."""
+
+    def __init__(self, **kwargs) -> None:
+        kwargs["read_only"] = True
+        super().__init__(**kwargs)
 
     def to_representation(self, value: int | Decimal) -> str:
         return str(int(value))
 
 
 class IdentifierField(serializers.CharField):
-    """A non-blank, printable string (never a number coerced to one)."""
+    """A name: 1..max_length characters, no control characters, not only whitespace.
 
-    default_error_messages = {"printable": "Must not contain control characters."}
+    ``path``: the name is also a URL path segment, so "/" is refused too. Numbers are not
+    coerced to strings.
+    """
 
-    def __init__(self, **kwargs) -> None:
+    default_error_messages = {
+        "printable": "Must not contain control characters.",
+        "slash": 'Must not contain "/".',
+    }
+
+    def __init__(self, path: bool = False, **kwargs) -> None:
         kwargs.setdefault("max_length", ID_MAX_LENGTH)
         kwargs.setdefault("trim_whitespace", False)
         super().__init__(**kwargs)
+        self.path = path
+        set_override(self, "field", identifier_schema(self.max_length, path=path))
 
     def to_internal_value(self, data: object) -> str:
         if not isinstance(data, str):
             self.fail("invalid")
-        if data.isspace():
-            self.fail("blank")
-        if not data.isprintable():
-            self.fail("printable")
+        # Empty and too long are the validators' (blank, max_length); the rest is the pattern's.
+        if data and not is_identifier(data, max_length=len(data), path=self.path):
+            self.fail(identifier_problem(data))
         return data
 
 
 class StrictIntegerField(serializers.IntegerField):
-    """An integer given as a JSON integer (not a string, float or boolean)."""
+    """An integer given as a JSON number (not a string or a boolean).
+
+    ``1.0`` and ``1e3`` are integers to JSON Schema, so they are accepted as 1 and 1000; a
+    fraction is refused.
+    """
 
     def to_internal_value(self, data: object) -> int:
+        if isinstance(data, float) and data.is_integer():
+            data = int(data)
         if isinstance(data, bool) or not isinstance(data, int):
             self.fail("invalid")
         return data
+
+
+def item_list(child: serializers.Serializer, **kwargs) -> serializers.ListSerializer:
+    """Return a list of 1..MAX_TOKENS_PER_REQUEST ``child`` items.
+
+    The list checks its bounds itself (``min_length``, ``max_length``, with its own messages)
+    before its items; the validators, which never fail first, publish the same bounds in the
+    schema (minItems, maxItems).
+    """
+    return serializers.ListSerializer(
+        child=child, allow_empty=False, min_length=1, max_length=MAX_TOKENS_PER_REQUEST,
+        validators=[MinLengthValidator(1), MaxLengthValidator(MAX_TOKENS_PER_REQUEST)], **kwargs)
 
 
 def index_field() -> StrictIntegerField:
@@ -119,7 +164,7 @@ class TokenSpecSerializer(serializers.Serializer):
 class IssueSerializer(serializers.Serializer):
     """A batch of tokens to issue (1..1000, distinct identities)."""
 
-    tokens = TokenSpecSerializer(many=True, allow_empty=False, max_length=MAX_TOKENS_PER_REQUEST)
+    tokens = item_list(TokenSpecSerializer())
 
     def validate_tokens(self, tokens: list[dict]) -> list[dict]:
         reject_duplicate_indexes(tokens, ("tx_id", "index"), "token")
@@ -132,7 +177,7 @@ class IssueSerializer(serializers.Serializer):
 class TokenSerializer(serializers.ModelSerializer):
     """A stored token."""
 
-    quantity = QuantityField()
+    quantity = AmountField()
     spent = serializers.BooleanField(source="is_spent")
 
     class Meta:
@@ -153,9 +198,9 @@ class BalanceSerializer(serializers.Serializer):
     """A wallet's quantities in one currency."""
 
     currency = serializers.CharField()
-    unspent = QuantityField(help_text="Sum of unspent tokens.")
-    locked = QuantityField(help_text="Part of unspent held by live locks.")
-    available = QuantityField(help_text="unspent - locked.")
+    unspent = AmountField(help_text="Sum of unspent tokens.")
+    locked = AmountField(help_text="Part of unspent held by live locks.")
+    available = AmountField(help_text="unspent - locked.")
 
 
 class WalletBalancesSerializer(serializers.Serializer):

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import generics, pagination, status
+from rest_framework import generics, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from clients.permissions import ISSUE, check_wallets, request_namespace, scope_queryset
 from config.exceptions import error_responses
+from config.filters import query_param
+from config.pagination import IdCursorPagination
 from tokens.filters import TokenFilter
-from tokens.models import CURRENCY_MAX_LENGTH, Token
+from tokens.models import CURRENCY_MAX_LENGTH, ID_MAX_LENGTH, Token
+from tokens.rules import identifier_schema
 from tokens.serializers import (
     IssueResultSerializer,
     IssueSerializer,
@@ -23,19 +26,11 @@ from tokens.serializers import (
 from tokens.services import balances, issue_tokens
 
 
-class IdCursorPagination(pagination.CursorPagination):
-    """Page newest first by id: stable under concurrent inserts, no COUNT(*)."""
-
-    ordering = "-id"
-    page_size = 100
-    page_size_query_param = "page_size"
-    max_page_size = 1000
-
-
 class TokenListCreate(generics.ListAPIView):
     """List tokens (GET) or issue new ones (POST)."""
 
     rights = {"POST": ISSUE}
+    read_permissions = ("tokens.view_token",)
     serializer_class = TokenSerializer
     filterset_class = TokenFilter
     pagination_class = IdCursorPagination
@@ -59,7 +54,7 @@ class TokenListCreate(generics.ListAPIView):
             "content is a 409 token_conflict and nothing is written."),
         request=IssueSerializer,
         responses={201: IssueResultSerializer, 200: IssueResultSerializer,
-                   **error_responses(400, 401, 403, 409, 415, conflicts="token_conflict")},
+                   **error_responses(400, 401, 403, 409, 413, 415, conflicts="token_conflict")},
     )
     def post(self, request):
         serializer = IssueSerializer(data=request.data)
@@ -74,19 +69,23 @@ class TokenListCreate(generics.ListAPIView):
 class WalletBalances(APIView):
     """Report a wallet's unspent, locked and available quantities per currency."""
 
+    read_permissions = ("tokens.view_token", "locks.view_tokenlock")
+
     @extend_schema(
         summary="Wallet balances", tags=["tokens"],
         parameters=[
-            OpenApiParameter("wallet", str, OpenApiParameter.PATH),
-            OpenApiParameter("currency", str, description="Only this currency."),
+            OpenApiParameter("wallet", identifier_schema(ID_MAX_LENGTH, path=True),
+                             OpenApiParameter.PATH),
+            OpenApiParameter("currency", identifier_schema(CURRENCY_MAX_LENGTH),
+                             description="Only this currency."),
         ],
         responses={200: WalletBalancesSerializer, **error_responses(400, 401, 403, 404)},
     )
     def get(self, request, wallet: str):
-        if not is_identifier(wallet):
+        if not is_identifier(wallet, path=True):
             raise Http404
         check_wallets(request, [wallet])
-        currency = request.query_params.get("currency") or None
+        currency = query_param(request, "currency")
         if currency is not None and not is_identifier(currency, CURRENCY_MAX_LENGTH):
             raise ValidationError({"currency": ["Not a valid currency."]})
         rows = balances(wallet, currency)

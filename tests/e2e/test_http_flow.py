@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.e2e.test_serve import free_port, wait_for
+from tests.e2e.servers import gunicorn
+from tests.e2e.test_serve import wait_for
 
 
 class Http:
@@ -35,27 +33,8 @@ class Http:
 @pytest.fixture
 def server(subprocess_env, tmp_path) -> Iterator[str]:
     """Serve the project with gunicorn (two workers) on a free port; stop it afterwards."""
-    port = free_port()
-    log = (tmp_path / "gunicorn.log").open("w+")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind",
-         f"127.0.0.1:{port}", "--workers", "2", "--graceful-timeout", "5"],
-        cwd=ROOT, env=subprocess_env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        try:
-            assert wait_for(f"{base}/healthz", timeout=60) == 200
-        except OSError:
-            pytest.fail((tmp_path / "gunicorn.log").read_text()[-3000:])
-        yield base
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+    with gunicorn(subprocess_env, tmp_path / "gunicorn.log") as served:
+        yield served.base
 
 
 @pytest.mark.timeout(120)

@@ -213,8 +213,9 @@ def test_login_needed_and_viewers_cannot_force_release(client, django_user_model
 
 def post_force_release(admin_client, locks, reason=None, url=LOCKS, **extra):
     data = {"action": "force_release", "_selected_action": [lock.pk for lock in locks], **extra}
-    if reason is not None:
-        data.update(post="yes", reason=reason)
+    if reason is not None:  # confirm what the confirmation page showed
+        shown = admin_client.post(url, data).context["locks"]
+        data.update(post="yes", reason=reason, locks=shown)
     return admin_client.post(url, data)
 
 

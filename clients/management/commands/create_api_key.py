@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
 from clients.models import ApiKey
+from config.commands import DatabaseCommand
 from tokens.serializers import is_identifier
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = ("Create an API key and print it (only its hash is stored: this is the one chance "
             "to copy it). Rights: --issue, --select; reading is on unless --no-read.")
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from config.commands import DatabaseCommand
 from locks.housekeeping import run_housekeeping
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = ("Remove expired locks, the locks of spent tokens and idle rate-limit buckets once, "
             "in batches (what the 'Lock housekeeping' periodic task does). Defaults come from "
             "settings.SHERDLOCK.")

@@ -6,9 +6,11 @@ import sys
 import time
 import uuid
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import connection, transaction
 from tqdm import tqdm
+
+from config.commands import DatabaseCommand
 
 CHUNK = 20_000
 
@@ -60,7 +62,7 @@ ON CONFLICT (token_id) DO NOTHING
 """
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Lock N random unspent tokens under seeded selections (live or expired leases)."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -219,15 +219,32 @@ def test_transaction_ids_belong_to_the_client_that_uses_them(make_key, client_fo
     issue(other, token("c", 0, wallet="dan", quantity="1"))  # carol's token id, other's namespace
 
 
-@pytest.fixture
-def staff(carols_selection) -> APIClient:
-    user = get_user_model().objects.create_user("operator", password="pw", is_staff=True)
+VIEW_ALL = ("view_token", "view_selection", "view_tokenlock")
+STAFF_READS = {
+    "/api/v1/tokens/": {"view_token"},
+    "/api/v1/wallets/carol/balances/": {"view_token", "view_tokenlock"},
+    "/api/v1/selections/": {"view_selection", "view_token"},
+    "/api/v1/selections/carol-tx/": {"view_selection", "view_token"},
+    "/api/v1/locks/": {"view_tokenlock", "view_token"},
+}
+
+
+def staff_client(*codenames: str, name: str = "operator") -> APIClient:
+    from django.contrib.auth.models import Permission
+
+    user = get_user_model().objects.create_user(name, password="pw", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
     client = APIClient()
     client.force_login(user)
     return client
 
 
-def test_staff_sessions_read_everything(staff):
+@pytest.fixture
+def staff(carols_selection) -> APIClient:
+    return staff_client(*VIEW_ALL)
+
+
+def test_staff_sessions_with_view_permissions_read_every_wallet(staff):
     assert staff.get("/api/v1/selections/carol-tx/").status_code == 200
     assert staff.get("/api/v1/wallets/carol/balances/").status_code == 200
     for url in ("/api/v1/tokens/", "/api/v1/selections/", "/api/v1/locks/"):
@@ -241,6 +258,26 @@ def test_staff_sessions_may_not_write(staff):
     assert staff.post("/api/v1/tokens/", {"tokens": [token()]}, format="json").status_code == 403
     assert staff.post("/api/v1/selections/carol-tx/release/").status_code == 403
     assert counts() == before
+
+
+@pytest.mark.parametrize("granted", [(), ("view_token",), ("view_selection",),
+                                     ("view_tokenlock",), ("view_token", "view_selection"),
+                                     ("view_token", "view_tokenlock")], ids=repr)
+def test_staff_sessions_read_only_what_their_permissions_show(carols_selection, granted):
+    client = staff_client(*granted)
+    for url, needed in STAFF_READS.items():
+        response = client.get(url)
+        if needed <= set(granted):
+            assert response.status_code == 200, (url, response.json())
+        else:
+            assert response.status_code == 403, (url, granted)
+            assert response.json()["code"] == "permission_denied"
+
+
+def test_superusers_read_without_explicit_permissions(carols_selection, admin_user):
+    client = APIClient()
+    client.force_login(admin_user)
+    assert all(client.get(url).status_code == 200 for url in STAFF_READS)
 
 
 def test_non_staff_sessions_are_refused(carols_selection):

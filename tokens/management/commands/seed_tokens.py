@@ -7,17 +7,18 @@ import sys
 import time
 import uuid
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import connection, transaction
 from tqdm import tqdm
 
+from config.commands import DatabaseCommand
 from tokens import supply
 from tokens.models import CURRENCY_MAX_LENGTH, MAX_QUANTITY
 
 CHUNK = 50_000
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Create unspent tokens for N wallets (COPY in chunks; about 1M tokens in seconds)."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -1,0 +1,40 @@
+"""Answer 503 (not 500 with a traceback) when a page outside the API loses the database."""
+
+from __future__ import annotations
+
+from django.http import HttpResponse, JsonResponse
+
+from config.exceptions import ServiceUnavailable, error_body
+from config.outage import UNAVAILABLE_RETRY_AFTER, is_connection_loss, note_connection_loss
+
+
+def unavailable_page(request) -> HttpResponse:
+    """Return the 503 for ``request``: the API's JSON shape under /api/, plain text elsewhere."""
+    if request.path.startswith("/api/"):
+        response = JsonResponse(error_body(ServiceUnavailable.default_code,
+                                           str(ServiceUnavailable.default_detail)), status=503)
+    else:
+        response = HttpResponse("The database is unavailable; try again shortly.\n",
+                                status=503, content_type="text/plain; charset=utf-8")
+    response["Retry-After"] = UNAVAILABLE_RETRY_AFTER
+    response._has_been_logged = True  # logged once by note_connection_loss
+    return response
+
+
+class DatabaseUnavailableMiddleware:
+    """Turn a lost database connection in a view (admin, dashboard, metrics) into a 503.
+
+    API views answer through the DRF exception handler; this covers Django's own views.
+    """
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception: Exception) -> HttpResponse | None:
+        if not is_connection_loss(exception):
+            return None
+        note_connection_loss(request, exception)
+        return unavailable_page(request)

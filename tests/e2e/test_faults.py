@@ -1,0 +1,168 @@
+"""Faults under load: SIGKILLed gunicorn workers and clients, PostgreSQL restarted mid-load.
+
+gunicorn and several load processes (tests/e2e/load_client.py) run against a throwaway
+PostgreSQL. Whatever is killed or restarted: value is conserved, no token is spent twice, no
+two selections hold a token at once, no lock outlives its lease, the only 5xx is 503
+database_unavailable while the database is down, and once it answers again every request
+succeeds. Recovery time (database answering again to the first successful request) is printed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+
+import psutil
+import pytest
+
+from tests.conftest import child_env
+from tests.e2e.faults import (
+    Database,
+    check_invariants,
+    read_records,
+    recovery_seconds,
+    seed,
+    start_load,
+    throwaway_database,
+    unexpected,
+    wait_for_no_live_locks,
+)
+from tests.e2e.servers import gunicorn
+
+LEASE = 3.0
+TOKENS_PER_WALLET = 40
+QUANTITY = 10
+
+
+@pytest.fixture(scope="module")
+def database() -> Iterator[Database]:
+    with throwaway_database() as db:
+        yield db
+
+
+class Run:
+    """gunicorn on the throwaway database, its wallets and key, and the load processes."""
+
+    def __init__(self, db: Database, tmp_path, name: str, wallets: int) -> None:
+        self.db, self.tmp, self.name = db, tmp_path, name
+        self.wallets = [f"{name}-w{n}" for n in range(wallets)]
+        self.key = seed(db, self.wallets, TOKENS_PER_WALLET, QUANTITY)
+        self.outs: list = []
+        self.clients: list = []
+        self.env = {**child_env(db.url), "SHERDLOCK_LEASE_SECONDS": str(LEASE),
+                    "SHERDLOCK_RATE_SELECTIONS_PER_KEY": "off",
+                    "SHERDLOCK_RATE_SELECTIONS_PER_WALLET": "off"}
+
+    def supply(self) -> Decimal:
+        return Decimal(self.db.query("SELECT coalesce(sum(quantity), 0) FROM tokens_token "
+                                     "WHERE spent_at IS NULL")[0][0])
+
+    def start_clients(self, base: str, count: int, duration: float) -> None:
+        for n in range(count):
+            out = self.tmp / f"{self.name}-client{n}.jsonl"
+            self.outs.append(out)
+            # Two clients per wallet: they compete for tokens.
+            wallets = [self.wallets[n % len(self.wallets)]]
+            self.clients.append(start_load(base, self.key, out, f"{self.name}-c{n}", wallets,
+                                           duration, seed_value=n))
+
+    def wait_clients(self, timeout: float) -> None:
+        for client in self.clients:
+            try:
+                client.wait(timeout=timeout)
+            except Exception:
+                client.kill()
+                raise
+        for client in self.clients:
+            assert client.returncode in (0, -signal.SIGKILL), client.stderr.read()
+
+    def records(self) -> list[dict]:
+        return read_records(self.outs)
+
+
+def server_errors(records: list[dict]) -> list[dict]:
+    """5xx answers other than 503 database_unavailable."""
+    return [r for r in records if r["status"] >= 500
+            and (r["status"], r["code"]) != (503, "database_unavailable")]
+
+
+def workers(master_pid: int) -> list[psutil.Process]:
+    return psutil.Process(master_pid).children()
+
+
+def wait_for_first_selection(path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and '"status": 201' in path.read_text()):
+        assert time.monotonic() < deadline, "the client never selected"
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("duration, kills", [(12, 6), pytest.param(90, 50,
+                                                                  marks=pytest.mark.slow)])
+def test_killed_workers_and_clients_lose_nothing(database, tmp_path, duration, kills):
+    run = Run(database, tmp_path, f"kill{duration}", wallets=2)
+    supply = run.supply()
+    with gunicorn(run.env, tmp_path / "gunicorn.log", workers=2) as server:
+        run.start_clients(server.base, count=4, duration=duration)
+        # One client is killed right after a selection: its locks must expire with the lease.
+        wait_for_first_selection(run.outs[0])
+        os.kill(run.clients[0].pid, signal.SIGKILL)
+        rng = random.Random(0)
+        for _ in range(kills):
+            time.sleep(duration / (kills + 1))
+            alive = workers(server.process.pid)
+            if alive:
+                rng.choice(alive).send_signal(signal.SIGKILL)
+        run.wait_clients(timeout=duration + 120)
+        log = server.log_text()
+    records = run.records()
+    wait_for_no_live_locks(database, LEASE)
+    report = check_invariants(database, supply=supply)
+    print(f"\n[faults] {kills} workers killed in {duration} s: {len(records)} requests, "
+          f"{sum(r['status'] == 0 for r in records)} lost answers (sent again), {report}")
+    assert server_errors(records) == []
+    assert not [r for r in records if r["status"] == 503], "the database never went away"
+    assert sum(r["status"] in (200, 201) for r in records) > 20
+    assert "Traceback" not in log, log[-3000:]
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("modes, duration", [
+    (["fast", "immediate"], 16),
+    pytest.param(["fast", "immediate"] * 4, 120, marks=pytest.mark.slow),
+], ids=["fast-immediate", "long"])
+def test_database_restarts_lose_nothing_and_recover(database, tmp_path, modes, duration):
+    run = Run(database, tmp_path, f"restart{duration}", wallets=2)
+    supply = run.supply()
+    recoveries = []
+    with gunicorn(run.env, tmp_path / "gunicorn.log", workers=2) as server:
+        run.start_clients(server.base, count=4, duration=duration)
+        restarts = []  # (mode, when the restart began, when the database answered again)
+        for mode in modes:
+            time.sleep(duration / (len(modes) + 1))
+            began = time.monotonic()
+            restarts.append((mode, began, database.restart(mode)))
+        run.wait_clients(timeout=duration + 120)
+        log = server.log_text()
+    records = run.records()
+    for mode, _, answered in restarts:
+        recoveries.append((mode, recovery_seconds(records, answered)))
+    wait_for_no_live_locks(database, LEASE)
+    report = check_invariants(database, supply=supply)
+    print(f"\n[faults] restarts {modes} in {duration} s: {len(records)} requests, "
+          f"{sum(r['status'] == 503 for r in records)} answered 503, recovery (database "
+          f"answering to first success): {', '.join(f'{m} {s:.3f} s' for m, s in recoveries)}; "
+          f"{report}")
+    assert server_errors(records) == []
+    # Once the database answers, every request succeeds (or meets a healthy refusal), up to
+    # those still in flight when the next restart begins.
+    ends = [began for _, began, _ in restarts[1:]] + [float("inf")]
+    for (mode, _, answered), next_began in zip(restarts, ends, strict=True):
+        window = [r for r in records if r["end"] < next_began]
+        assert unexpected(window, after=answered) == [], mode
+    assert "Traceback" not in log, log[-3000:]
