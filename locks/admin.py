@@ -132,8 +132,8 @@ def lock_state(lock: TokenLock) -> str:
 
 @admin.register(TokenLock)
 class TokenLockAdmin(ReadOnlyAdmin):
-    list_display = ["token_display", "wallet", "currency", "quantity", "spender_tx_id", "fence",
-                    "created_at", "expires_at", "age", "state"]
+    list_display = ["token_display", "wallet_display", "currency", "quantity", "spender_tx_id",
+                    "fence", "created_at", "expires_at", "age", "state"]
     list_filter = [LockStateFilter, LockCurrencyFilter, LockWalletFilter, AgeFilter]
     list_select_related = ["token"]
     fields = ["token", "spender_tx_id", "fence", "created_at", "expires_at", "age", "state"]
@@ -160,17 +160,9 @@ class TokenLockAdmin(ReadOnlyAdmin):
     def token_display(self, lock: TokenLock) -> str:
         return token_link(lock.token)
 
-    @admin.display(description="wallet")
-    def wallet(self, lock: TokenLock) -> str:
-        return wallet_link(lock.token.wallet)
-
-    @admin.display(description="currency")
-    def currency(self, lock: TokenLock) -> str:
-        return lock.token.currency
-
-    @admin.display(description="quantity")
-    def quantity(self, lock: TokenLock):
-        return lock.token.quantity
+    @admin.display(description="wallet", ordering="wallet")
+    def wallet_display(self, lock: TokenLock) -> str:
+        return wallet_link(lock.wallet)
 
     @admin.display(description="age", ordering="-created_at")
     def age(self, lock: TokenLock) -> str:

@@ -29,6 +29,11 @@ class TokenLockQuerySet(models.QuerySet):
     def expired(self) -> TokenLockQuerySet:
         return self.filter(expires_at__lte=Now())
 
+    def create_for(self, token, **fields) -> TokenLock:
+        """Create a lock on ``token``, copying the token's wallet, currency and quantity."""
+        return self.create(token=token, wallet=token.wallet, currency=token.currency,
+                           quantity=token.quantity, **fields)
+
     def of_spent_tokens(self) -> TokenLockQuerySet:
         return self.filter(token__spent_at__isnull=False)
 
@@ -52,6 +57,12 @@ class TokenLock(models.Model):
     fence = models.BigIntegerField()
     created_at = models.DateTimeField(db_default=Now())
     expires_at = models.DateTimeField()
+    # Copied from the token (which never changes them) by the statement that locks it: the lock
+    # table alone then tells what is held where (dashboard, wallet page) and names the wallet,
+    # the key a distributed lock table is split by.
+    wallet = models.CharField(max_length=ID_MAX_LENGTH)
+    currency = models.CharField(max_length=CURRENCY_MAX_LENGTH)
+    quantity = models.DecimalField(max_digits=20, decimal_places=0)
 
     objects = TokenLockQuerySet.as_manager()
 
@@ -70,6 +81,12 @@ class TokenLock(models.Model):
 
     def __str__(self) -> str:
         return f"lock on token {self.token_id} by {self.spender_tx_id}"
+
+    @classmethod
+    def of(cls, token, **fields) -> TokenLock:
+        """Return an unsaved lock on ``token``, with the token's wallet, currency and quantity."""
+        return cls(token=token, wallet=token.wallet, currency=token.currency,
+                   quantity=token.quantity, **fields)
 
     @property
     def is_expired(self) -> bool:

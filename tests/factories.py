@@ -45,7 +45,7 @@ def make_lock(token, spender_tx_id: str = "spender", fence: int = 1, ttl: float 
 
     now = timezone.now()
     created = now if ttl >= 0 else now + timedelta(seconds=ttl) - timedelta(seconds=1)
-    return TokenLock.objects.create(
-        token=token, spender_tx_id=spender_tx_id, fence=fence, created_at=created,
-        expires_at=now + timedelta(seconds=ttl),
-    )
+    lock = TokenLock.of(token, spender_tx_id=spender_tx_id, fence=fence, created_at=created,
+                        expires_at=now + timedelta(seconds=ttl))
+    lock.save(force_insert=True)
+    return lock

@@ -38,8 +38,10 @@ WHERE wallet = %(wallet)s AND currency = %(currency)s AND spent_at IS NULL
 # Lock one token by inserting its lock row; a conflict means someone holds it (or held it and
 # spent it: lock rows of spent tokens stay until housekeeping, which a run never does).
 SEED_LOCK_ONE = """
-INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, created_at, expires_at)
-VALUES (%(token_id)s, %(tx_id)s, %(fence)s, now(), now() + %(lease)s * interval '1 second')
+INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, created_at, expires_at, wallet,
+                             currency, quantity)
+VALUES (%(token_id)s, %(tx_id)s, %(fence)s, now(), now() + %(lease)s * interval '1 second',
+        %(wallet)s, %(currency)s, %(quantity)s)
 ON CONFLICT (token_id) DO NOTHING
 """
 
@@ -88,7 +90,8 @@ class SeedFaithful:
                     self.lock_attempts += 1
                     if self._execute(SEED_LOCK_ONE, {
                         "token_id": candidate.token_id, "tx_id": tx_id, "fence": fence,
-                        "lease": self.lease,
+                        "lease": self.lease, "wallet": key.wallet, "currency": key.currency,
+                        "quantity": candidate.quantity,
                     }):
                         locked.append(candidate)
                         total += candidate.quantity

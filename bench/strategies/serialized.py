@@ -59,9 +59,11 @@ ORDER BY t.id
 """
 
 SERIAL_INSERT = """
-INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, created_at, expires_at)
-SELECT id, %(tx_id)s, %(fence)s, now(), now() + %(lease)s * interval '1 second'
-FROM unnest(%(ids)s::bigint[]) AS id
+INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, created_at, expires_at, wallet,
+                             currency, quantity)
+SELECT t.id, %(tx_id)s, %(fence)s, now(), now() + %(lease)s * interval '1 second', t.wallet,
+       t.currency, t.quantity
+FROM tokens_token t WHERE t.id = ANY(%(ids)s::bigint[])
 ON CONFLICT (token_id) DO NOTHING
 RETURNING token_id
 """

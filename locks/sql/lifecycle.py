@@ -68,7 +68,10 @@ STORED_OUTPUTS = """(SELECT json_agg(json_build_array(t.id, t."index", t.wallet,
 # committed asynchronously). The token rows are taken FOR UPDATE and re-checked unspent, then
 # every one must still be locked by this selection (tx id and fence) with its lease running;
 # the outputs must be in the selection's currency and sum to its total. An output identity that
-# exists already makes the INSERT, hence the whole statement, fail (output_conflict).
+# exists already makes the INSERT, hence the whole statement, fail (output_conflict). The spent
+# tokens' lock rows go with the spend (in token-id order): a lock row always means a live hold
+# on an unspent token, so the lock table alone tells what is held. (Another replica's stale
+# cache cannot lock a spent token: the locking statements re-check it under its row lock.)
 SPEND = """
 WITH{selection}
 inputs AS MATERIALIZED (
@@ -118,6 +121,16 @@ created AS (
     ORDER BY a.position
     RETURNING id, "index", wallet, currency, quantity
 ),
+unlocked AS (
+    DELETE FROM locks_tokenlock
+    WHERE token_id IN (
+        SELECT l.token_id FROM locks_tokenlock l JOIN inputs i ON i.id = l.token_id
+        WHERE l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
+          AND (SELECT value FROM verdict) = 'ok'
+        ORDER BY l.token_id
+        FOR UPDATE OF l)
+    RETURNING token_id
+),
 done AS (
     UPDATE locks_selection s
     SET status = 'spent', spent_at = now(),
@@ -130,6 +143,7 @@ SELECT (SELECT value FROM verdict) AS verdict,
        {columns},
        coalesce((SELECT spent_at FROM done), (SELECT spent_at FROM sel)) AS spent_at,
        (SELECT count(*) FROM spent) AS inputs_spent,
+       (SELECT count(*) FROM unlocked) AS unlocked,
        CASE WHEN (SELECT value FROM verdict) = 'ok' THEN (
            SELECT json_agg(json_build_array(c.id, c."index", c.wallet, c.currency, c.quantity)
                            ORDER BY a.position)

@@ -70,9 +70,11 @@ wanted AS (
 # only if its lease has run out; a live one is left alone and its token is not granted.
 GRANTED = """
 granted AS (
-    INSERT INTO locks_tokenlock AS l (token_id, spender_tx_id, fence, created_at, expires_at)
+    INSERT INTO locks_tokenlock AS l (token_id, spender_tx_id, fence, created_at, expires_at,
+                                      wallet, currency, quantity)
     SELECT w.id, %(tx_id)s::text, (SELECT value FROM fence), now(),
-           now() + %(lease)s::float8 * interval '1 second'
+           now() + %(lease)s::float8 * interval '1 second',
+           %(wallet)s::text, %(currency)s::text, w.quantity
     FROM wanted w
     ORDER BY w.id
     ON CONFLICT (token_id) DO UPDATE

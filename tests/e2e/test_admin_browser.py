@@ -84,7 +84,7 @@ def lock(tokens, spender: str, ttl: float) -> None:
     now = timezone.now()
     created = now if ttl >= 0 else now + timedelta(seconds=ttl - 1)
     TokenLock.objects.bulk_create(
-        TokenLock(token=t, spender_tx_id=spender, fence=1, created_at=created,
+        TokenLock.of(t, spender_tx_id=spender, fence=1, created_at=created,
                   expires_at=now + timedelta(seconds=ttl)) for t in tokens)
 
 
@@ -209,7 +209,7 @@ def hold(tokens, tx_id: str, ttl: float) -> Selection:
         expires_at=timezone.now() + timedelta(seconds=ttl))
     now = timezone.now()
     TokenLock.objects.bulk_create(
-        TokenLock(token=t, spender_tx_id=tx_id, fence=selection.fence, created_at=now,
+        TokenLock.of(t, spender_tx_id=tx_id, fence=selection.fence, created_at=now,
                   expires_at=now + timedelta(seconds=ttl)) for t in tokens)
     return selection
 

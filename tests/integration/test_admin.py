@@ -37,7 +37,7 @@ def lock_tokens(tokens, spender="spender", ttl=60.0, fence=1):
     now = timezone.now()
     created = now if ttl >= 0 else now + timedelta(seconds=ttl - 1)
     return TokenLock.objects.bulk_create(
-        TokenLock(token=t, spender_tx_id=spender, fence=fence, created_at=created,
+        TokenLock.of(t, spender_tx_id=spender, fence=fence, created_at=created,
                   expires_at=now + timedelta(seconds=ttl)) for t in tokens)
 
 

@@ -141,7 +141,7 @@ def take_over(lock: TokenLock, spender: str, fence: int) -> None:
 
 def test_force_release_leaves_a_lock_that_changed_hands_since_the_confirmation(admin_client):
     now = timezone.now()
-    stuck, other = (TokenLock.objects.create(token=token, spender_tx_id="dead", fence=5,
+    stuck, other = (TokenLock.objects.create_for(token, spender_tx_id="dead", fence=5,
                                              created_at=now - timedelta(seconds=90),
                                              expires_at=now - timedelta(seconds=30))
                     for token in make_tokens(2))
@@ -162,7 +162,7 @@ def test_force_release_leaves_a_lock_that_changed_hands_since_the_confirmation(a
 
 @pytest.mark.parametrize("confirmed", ["", "1:x", "12", "1:2;3:4"])
 def test_force_release_without_the_confirmed_locks_asks_again(admin_client, confirmed):
-    lock = TokenLock.objects.create(token=make_token(), spender_tx_id="s", fence=3,
+    lock = TokenLock.objects.create_for(make_token(), spender_tx_id="s", fence=3,
                                     expires_at=timezone.now() + timedelta(60))
     page = post_force_release(admin_client, [lock], post="yes", reason="r", locks=confirmed)
     assert page.status_code == 200 and page.context["form"].errors["locks"]

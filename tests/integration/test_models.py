@@ -17,7 +17,7 @@ def test_second_lock_row_for_same_token_is_rejected_by_postgres():
     token = make_token()
     make_lock(token, "tx-a")
     with pytest.raises(IntegrityError), transaction.atomic():
-        TokenLock.objects.create(token=token, spender_tx_id="tx-b", fence=2,
+        TokenLock.objects.create_for(token, spender_tx_id="tx-b", fence=2,
                                  expires_at=TokenLock.objects.get().expires_at)
     assert TokenLock.objects.get().spender_tx_id == "tx-a"
 
@@ -27,8 +27,8 @@ def test_lock_insert_conflict_is_reported_by_on_conflict_do_nothing():
     make_lock(token, "tx-a")
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, expires_at) "
-            "VALUES (%s, 'tx-b', 2, now() + interval '1 minute') "
+            "INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, expires_at, wallet, "
+            "currency, quantity) VALUES (%s, 'tx-b', 2, now() + interval '1 minute', 'a', 'U', 1) "
             "ON CONFLICT (token_id) DO NOTHING RETURNING token_id",
             [token.pk],
         )

@@ -56,8 +56,11 @@ selections AS (
     FROM timed
     RETURNING tx_id, fence, token_ids, created_at, expires_at
 )
-INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, created_at, expires_at)
-SELECT unnest(token_ids), tx_id, fence, created_at, expires_at FROM selections
+INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, created_at, expires_at, wallet,
+                             currency, quantity)
+SELECT p.id, s.tx_id, s.fence, s.created_at, s.expires_at, p.wallet, p.currency, p.quantity
+FROM selections s CROSS JOIN LATERAL unnest(s.token_ids) AS u(id)
+JOIN picked p ON p.id = u.id
 ON CONFLICT (token_id) DO NOTHING
 """
 
