@@ -61,6 +61,10 @@ class ErrorSerializer(serializers.Serializer):
     )
     available = serializers.CharField(
         required=False, help_text="insufficient_funds, funds_locked: quantity available now.")
+    retry_after = serializers.FloatField(
+        required=False, min_value=0,
+        help_text="funds_locked: seconds after which a retry has a fair chance, as precise as "
+                  "the holds of the wallet last (Retry-After rounds it up to whole seconds).")
 
 
 def error_body(code: str, detail: str, fields: dict | None = None, **extra) -> dict:
@@ -135,7 +139,7 @@ def sherdlock_response(exc: SherdlockError) -> Response:
         status_code, code, extra = 409, "insufficient_funds", {"available": str(exc.available)}
     elif isinstance(exc, FundsLocked):
         status_code, code = 409, "funds_locked"
-        extra = {"available": str(exc.available)}
+        extra = {"available": str(exc.available), "retry_after": round(exc.retry_after, 3)}
         headers["Retry-After"] = _retry_after(exc.retry_after)
     elif isinstance(exc, InvalidRequest):
         status_code, code = 400, "invalid"

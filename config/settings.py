@@ -49,12 +49,16 @@ EMBEDDED_DATABASE = None  # the embedded server, when this process uses it
 def database_settings(url: str | None) -> dict[str, object]:
     """Return the default database entry; only PostgreSQL is supported."""
     global EMBEDDED_DATABASE
+    # Connections outlive requests: opening one costs more than most requests, and the hot
+    # statements are prepared per connection. A broken one is noticed by the health check.
+    persistent = {"CONN_MAX_AGE": 300, "CONN_HEALTH_CHECKS": True}
     if not url:
         from config import embedded_db
 
         EMBEDDED_DATABASE = embedded_db.ensure_running(DATA_DIR / "postgres")
-        return EMBEDDED_DATABASE.settings
-    config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
+        return {**EMBEDDED_DATABASE.settings, **persistent}
+    config = dj_database_url.parse(url, conn_max_age=persistent["CONN_MAX_AGE"],
+                                   conn_health_checks=True)
     if config["ENGINE"] != "django.db.backends.postgresql":
         raise ImproperlyConfigured(
             f"DATABASE_URL uses {config['ENGINE']!r}; Sherdlock supports PostgreSQL only "
@@ -206,6 +210,9 @@ SHERDLOCK = {
     "BACKOFF_MIN": float(os.environ.get("SHERDLOCK_BACKOFF_MIN", 0.005)),
     "BACKOFF_MAX": float(os.environ.get("SHERDLOCK_BACKOFF_MAX", 0.05)),
     "LEASE_SECONDS": float(os.environ.get("SHERDLOCK_LEASE_SECONDS", 60)),
+    # Requests one web process lets wait for held funds at once (Prefer: wait); keep it below
+    # the process's threads (WEB_THREADS) so that spends and releases always find one.
+    "WAIT_SLOTS": int(os.environ.get("SHERDLOCK_WAIT_SLOTS", 24)),
     # How long a process trusts an API key it read (revocation takes effect within this).
     "API_KEY_CACHE_SECONDS": float(os.environ.get("SHERDLOCK_API_KEY_CACHE_SECONDS", 5)),
     "MAX_LEASE_SECONDS": float(os.environ.get("SHERDLOCK_MAX_LEASE_SECONDS", 600)),

@@ -24,6 +24,7 @@ from django.db.models.functions import Now
 from clients.throttling import prune_idle
 from locks.metrics import HOUSEKEEPING_DELETED, HOUSEKEEPING_LAST_RUN
 from locks.models import HousekeepingRun
+from locks.sql import waiting as waiting_sql
 
 logger = logging.getLogger(__name__)
 
@@ -54,17 +55,23 @@ WHERE token_id IN (
 # updating right now, so neither ever waits behind the housekeeper, nor it behind them. The
 # predicate is repeated outside so the statement stays correct whatever plan is chosen: a row
 # renewed or taken over after it was picked no longer matches and is kept.
+# Requests may be waiting for what an expired lease held: wake the heads of those queues.
 DELETE_EXPIRED = """
-DELETE FROM locks_tokenlock
-WHERE token_id IN (
-    SELECT token_id
-    FROM locks_tokenlock
-    WHERE expires_at <= now() - %(grace)s * interval '1 second'
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
-AND expires_at <= now() - %(grace)s * interval '1 second'
-"""
+WITH gone AS (
+    DELETE FROM locks_tokenlock
+    WHERE token_id IN (
+        SELECT token_id
+        FROM locks_tokenlock
+        WHERE expires_at <= now() - %(grace)s * interval '1 second'
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    )
+    AND expires_at <= now() - %(grace)s * interval '1 second'
+    RETURNING wallet, currency
+),{wake}
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM woken)
+""".format(wake=waiting_sql.WAKE.format(keys="SELECT wallet, currency FROM gone",
+                                        when="true").rstrip(","))
 
 # Record as expired up to %(limit)s selections still marked locked whose lease ended at least
 # %(grace)s seconds ago, so that listings and the dashboard filter on the stored status. Readers
@@ -206,7 +213,8 @@ def run_housekeeping(
     def execute(statement: str) -> int:
         with connection.cursor() as cursor:
             cursor.execute(statement, {"grace": grace, "limit": batch_size})
-            return cursor.rowcount
+            # A statement that does more than delete answers its count as its first column.
+            return cursor.fetchone()[0] if cursor.description else cursor.rowcount
 
     passes = [(kind, functools.partial(execute, statement)) for kind, statement in PASSES]
     passes.append((BUCKETS, functools.partial(prune_idle, batch_size, using=using)))
@@ -223,6 +231,9 @@ def run_housekeeping(
                     break
         settled = _in_batches(connection, SETTLE_EXPIRED, {"grace": grace}, batch_size,
                               max_batches)
+        # Waiters whose request died with its process: they stopped counting at their
+        # deadline, now their rows go.
+        _in_batches(connection, waiting_sql.PRUNE, {"grace": grace}, batch_size, max_batches)
         _prune_history(connection, batch_size, max_batches)
         completed = True
     finally:

@@ -245,3 +245,24 @@ class FailedSelection(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tx_id}: {self.outcome}"
+
+
+class Waiter(models.Model):
+    """A request waiting for funds of one wallet/currency that others hold (``Prefer: wait``).
+
+    Waiters of a key are served in the order of their ids (arrival): whatever frees that key's
+    funds wakes the oldest live one. A row outlives its request only if the process died; it
+    stops counting at ``expires_at`` (the request's deadline) and housekeeping removes it.
+    The table is unlogged: after a crash of the database there is nobody left to wait.
+    """
+
+    wallet = models.CharField(max_length=ID_MAX_LENGTH)
+    currency = models.CharField(max_length=CURRENCY_MAX_LENGTH)
+    created_at = models.DateTimeField(db_default=Now())
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["wallet", "currency", "id"], name="waiter_queue")]
+
+    def __str__(self) -> str:
+        return f"waiter {self.pk} for {self.wallet}/{self.currency}"

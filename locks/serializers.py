@@ -22,6 +22,7 @@ from tokens.serializers import (
 from tokens.services import TokenSpec
 
 MAX_EXTEND_SECONDS = 86400
+MAX_WAIT_SECONDS = 60
 
 
 class SelectRequestSerializer(serializers.Serializer):
@@ -33,6 +34,11 @@ class SelectRequestSerializer(serializers.Serializer):
     wallet = IdentifierField()
     currency = currency_field()
     quantity = QuantityField()
+    wait = StrictIntegerField(
+        required=False, min_value=0, max_value=MAX_WAIT_SECONDS,
+        help_text="Seconds this request may wait for funds others hold (as Prefer: wait=N): it "
+                  "waits its turn behind earlier waiters of the wallet and currency and is "
+                  "answered as soon as it gets the funds. 0 or absent: answer at once.")
 
 
 class SelectedTokenSerializer(serializers.Serializer):

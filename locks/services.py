@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
 from common import db
-from locks import metrics
+from locks import metrics, waiting
 from locks.errors import (
     AlreadySpent,
     LeaseLost,
@@ -30,6 +30,7 @@ from locks.errors import (
     TxIdConflict,
     ValueNotConserved,
 )
+from locks.holds import HoldTimes
 from locks.models import FailedSelection, Selection
 from locks.replica import get_selector
 from locks.sql import lifecycle
@@ -59,35 +60,57 @@ def _same_request(selection: Selection, wallet: str, currency: str, quantity: in
 
 
 def select_tokens(tx_id: str, wallet: str, currency: str, quantity: int, *,
-                  namespace: str = "") -> tuple[Selection, bool]:
+                  namespace: str = "", wait: float = 0.0) -> tuple[Selection, bool]:
     """Lock tokens worth at least ``quantity`` for ``tx_id``; return (selection, created).
 
     The statement that completes the selection also writes its row, so a new selection costs
     one round trip when the replica's cache serves it and two when it must fetch. Repeating an
     identical request returns the existing selection (created False); the same ``tx_id`` with
     other terms, or one that names issued tokens, raises TxIdConflict. The selector never
-    sleeps here: funds held by others are reported at once (FundsLocked). Selector errors
-    propagate after being recorded for the dashboard.
+    sleeps: funds held by others are reported at once (FundsLocked, with the advice to retry
+    after about as long as the key's holds last), unless the caller may ``wait`` that many
+    seconds, in which case it waits its turn for them (``locks.waiting``). Failures are
+    recorded for the dashboard once, when answered.
     """
-    selector = get_selector()
-    started, outcome, stats = time.monotonic(), "error", None
+    started = time.monotonic()
+    key = WalletKey(wallet, currency)
     try:
-        picked = selector.select(tx_id, wallet, currency, quantity, patient=False,
-                                 record=True, namespace=namespace)
-        outcome, stats = "success", picked.stats
-    except ClaimRefused:
-        outcome = "repeat"
-        return _repeat(namespace, tx_id, wallet, currency, quantity), False
+        if wait > 0:
+            try:
+                result = waiting.wait_for(key, wait, lambda: _select_once(
+                    tx_id, key, quantity, namespace))
+            except waiting.QueueFull:
+                # No room to wait here: answer as an impatient request would.
+                result = _select_once(tx_id, key, quantity, namespace)
+        else:
+            result = _select_once(tx_id, key, quantity, namespace)
     except (InsufficientFunds, FundsLocked) as exc:
+        if isinstance(exc, FundsLocked):
+            exc.retry_after = hold_times().estimate(key)
         outcome = "insufficient_funds" if isinstance(exc, InsufficientFunds) else "funds_locked"
-        stats = exc.stats
+        metrics.record_selection(time.monotonic() - started, outcome, exc.stats)
         _record_failure(namespace, tx_id, wallet, currency, quantity, exc)
         raise
-    finally:
-        if outcome != "repeat":
-            metrics.record_selection(time.monotonic() - started, outcome, stats)
+    except Exception:
+        metrics.record_selection(time.monotonic() - started, "error", None)
+        raise
+    selection, created, stats = result
+    if created:
+        metrics.record_selection(time.monotonic() - started, "success", stats)
+    return selection, created
+
+
+def _select_once(tx_id: str, key: WalletKey, quantity: int,
+                 namespace: str) -> tuple[Selection, bool, object]:
+    """One attempt: (selection, created, selector stats); raise like the selector does."""
+    try:
+        picked = get_selector().select(tx_id, key.wallet, key.currency, quantity,
+                                       patient=False, record=True, namespace=namespace)
+    except ClaimRefused:
+        return _repeat(namespace, tx_id, key.wallet, key.currency, quantity), False, None
     record = picked.record
     assert isinstance(record, RecordedSelection)
+    wallet, currency = key.wallet, key.currency
     selection = Selection(
         id=record.id, namespace=namespace, tx_id=tx_id, wallet=wallet, currency=currency,
         quantity=Decimal(quantity), total=Decimal(picked.total), fence=picked.fence,
@@ -99,7 +122,25 @@ def select_tokens(tx_id: str, wallet: str, currency: str, quantity: int, *,
                                    quantity=Decimal(q)) for i, t, n, q in record.tokens]
     logger.info("selected %s for %s: %d token(s), total %s, %d lock attempt(s)",
                 picked.key, tx_id, len(picked.tokens), picked.total, picked.stats.lock_attempts)
-    return selection, True
+    return selection, True, picked.stats
+
+
+_hold_times: HoldTimes | None = None
+
+
+def hold_times() -> HoldTimes:
+    """Return this process's record of how long holds last."""
+    global _hold_times
+    if _hold_times is None:
+        _hold_times = HoldTimes(default=get_selector().config.retry_after)
+    return _hold_times
+
+
+def _held(selection: Selection, until) -> None:
+    """Learn how long ``selection`` was held (selection to spend or release)."""
+    if selection.created_at is not None and until is not None:
+        hold_times().observe(WalletKey(selection.wallet, selection.currency),
+                             (until - selection.created_at).total_seconds())
 
 
 def _repeat(namespace: str, tx_id: str, wallet: str, currency: str, quantity: int) -> Selection:
@@ -178,6 +219,7 @@ def spend_selection(tx_id: str, outputs: Sequence[TokenSpec], *, namespace: str 
                         "or its tokens were taken over; select again")
     _expect_ok(verdict)
     get_selector().forget(selection.token_ids)
+    _held(selection, spent_at)
     logger.info("spent %s: %d token(s) in, %d output(s)", tx_id, len(tokens), len(created))
     return Outcome(_spent_selection(selection, spent_at, created), tokens, created)
 
@@ -193,6 +235,8 @@ def release_selection(tx_id: str, *, namespace: str = "",
     changed = selection.status != Selection.Status.RELEASED
     selection.status, selection.released_at = Selection.Status.RELEASED, row["released_at"]
     selection.expires_at = row["expires_at"]
+    if changed:
+        _held(selection, selection.released_at)
     if row["freed"]:
         get_selector().released(WalletKey(selection.wallet, selection.currency),
                                 [Candidate(t.id, int(t.quantity)) for t in tokens])

@@ -24,6 +24,7 @@ from locks.errors import SelectionNotFound
 from locks.filters import LockFilter, SelectionFilter
 from locks.models import Selection, TokenLock
 from locks.serializers import (
+    MAX_WAIT_SECONDS,
     ExtendSerializer,
     LockSerializer,
     SelectionSerializer,
@@ -118,14 +119,33 @@ class SelectionListCreate(generics.ListAPIView):
     def post(self, request):
         serializer = SelectRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        check_wallets(request, [serializer.validated_data["wallet"]])
-        selection, created = select_tokens(**serializer.validated_data,
-                                           namespace=request_namespace(request))
+        data = dict(serializer.validated_data)
+        check_wallets(request, [data["wallet"]])
+        headers: dict[str, str] = {}
+        wait = data.pop("wait", None)
+        if wait is None and (wait := preferred_wait(request)) is not None:
+            headers["Preference-Applied"] = f"wait={wait}"
+        selection, created = select_tokens(**data, namespace=request_namespace(request),
+                                           wait=float(wait or 0))
         body = SelectionSerializer(selection).data
         if not created:
-            return Response(body)
-        location = reverse("selection-detail", args=[selection.tx_id])
-        return Response(body, status=status.HTTP_201_CREATED, headers={"Location": location})
+            return Response(body, headers=headers)
+        headers["Location"] = reverse("selection-detail", args=[selection.tx_id])
+        return Response(body, status=status.HTTP_201_CREATED, headers=headers)
+
+
+def preferred_wait(request) -> int | None:
+    """Return the seconds of a ``Prefer: wait=N`` header (RFC 7240), capped; None without one.
+
+    Preferences are hints: a malformed one is ignored, as the RFC asks.
+    """
+    for header in request.headers.get("Prefer", "").split(","):
+        name, _, value = header.split(";", 1)[0].strip().partition("=")
+        if name.strip().lower() == "wait":
+            value = value.strip().strip('"')
+            if value.isascii() and value.isdigit():
+                return min(int(value), MAX_WAIT_SECONDS)
+    return None
 
 
 class SelectionDetail(APIView):

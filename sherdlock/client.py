@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -70,7 +72,8 @@ def _whole(value: Any) -> int | None:
 
 
 def _retry_after(header: str | None, body: Mapping[str, Any]) -> float | None:
-    for value in (header, body.get("retry_after")):
+    # The body's value is exact; the header rounds up to whole seconds.
+    for value in (body.get("retry_after"), header):
         try:
             return max(0.0, float(value))
         except (TypeError, ValueError):
@@ -96,6 +99,10 @@ class SherdlockClient:
         self._keepers: dict[str, list[LeaseKeeper]] = {}
         self._spending: set[str] = set()
         self._keepers_lock = threading.Lock()
+        # Seams for tests: how the client tells time, sleeps and draws its jitter.
+        self._clock: Callable[[], float] = time.monotonic
+        self._sleep: Callable[[float], None] = time.sleep
+        self._rng = random.Random()
 
     def __repr__(self) -> str:
         return f"SherdlockClient({self.api_root!r})"  # never the key
@@ -103,19 +110,34 @@ class SherdlockClient:
     # -- the API ---------------------------------------------------------------------------
 
     def select(self, tx_id: str, wallet: str, currency: str,
-               quantity: int | str | Decimal) -> dict[str, Any]:
+               quantity: int | str | Decimal, *, wait: int = 0,
+               retry_for: float = 0.0) -> dict[str, Any]:
         """Lock tokens worth at least ``quantity``; return tx_id, tokens, total, expires_at, fence.
 
         Raise InsufficientFunds or FundsLocked (with the server's ``retry_after``) when the
-        wallet cannot cover it now. Repeating the same request returns the same selection.
+        wallet cannot cover it now. With ``wait`` the server keeps the request up to that many
+        seconds, in arrival order behind earlier waiters, and answers as soon as it gets the
+        funds. With ``retry_for`` the client retries "funds locked" answers for up to that
+        many seconds, each after the server's hint with random jitter (so that refused clients
+        do not all come back at once). Repeating the same request returns the same selection.
         """
         body = {"tx_id": tx_id, "wallet": wallet, "currency": currency,
                 "quantity": _quantity(quantity)}
-        try:
-            return self._post("selections/", body)
-        except ClientError as exc:
-            raise self._selector_error(
-                exc, WalletKey(wallet, currency), int(body["quantity"])) from None
+        if wait:
+            body["wait"] = int(wait)
+        deadline = self._clock() + retry_for
+        while True:
+            try:
+                return self._post("selections/", body)
+            except ClientError as exc:
+                error = self._selector_error(exc, WalletKey(wallet, currency),
+                                             int(body["quantity"]))
+                if not isinstance(error, FundsLocked):
+                    raise error from None
+                pause = error.retry_after * self._rng.uniform(0.5, 1.5)
+                if self._clock() + pause > deadline:
+                    raise error from None
+                self._sleep(pause)
 
     def spend(self, tx_id: str, outputs: Iterable[Mapping[str, Any] | Any]) -> dict[str, Any]:
         """Spend the selection of ``tx_id`` into ``outputs``; stop keeping its lease once spent.

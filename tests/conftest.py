@@ -68,7 +68,7 @@ def python() -> str:
 
 @pytest.fixture(autouse=True)
 def _no_listener_outlives_its_test():
-    """Stop this process's replica (and its LISTEN connection) after any test that made one.
+    """Stop this process's replica and waiting queues (and their LISTEN connections).
 
     A listener left connected to the test database would keep it from being dropped.
     """
@@ -76,3 +76,6 @@ def _no_listener_outlives_its_test():
     replica = sys.modules.get("locks.replica")
     if replica is not None:
         replica.reset()
+    waiting = sys.modules.get("locks.waiting")
+    if waiting is not None:
+        waiting.reset()

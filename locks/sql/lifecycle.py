@@ -13,6 +13,7 @@ Composed with ``str.format`` at import, like ``locking``.
 from __future__ import annotations
 
 from common.sql import ASYNC_COMMIT
+from locks.sql.waiting import WAKE
 
 # The caller's selection, row-locked. A selection outside the key's wallets is not found.
 SELECTION = """
@@ -138,23 +139,28 @@ done AS (
                       FROM created c JOIN asked a ON a.idx = c."index")
     WHERE s.id = (SELECT id FROM sel) AND (SELECT value FROM verdict) = 'ok'
     RETURNING s.spent_at
-)
+),{wake}
 SELECT (SELECT value FROM verdict) AS verdict,
        {columns},
        coalesce((SELECT spent_at FROM done), (SELECT spent_at FROM sel)) AS spent_at,
        (SELECT count(*) FROM spent) AS inputs_spent,
        (SELECT count(*) FROM unlocked) AS unlocked,
+       (SELECT count(*) FROM woken) AS woken,
        CASE WHEN (SELECT value FROM verdict) = 'ok' THEN (
            SELECT json_agg(json_build_array(c.id, c."index", c.wallet, c.currency, c.quantity)
                            ORDER BY a.position)
            FROM created c JOIN asked a ON a.idx = c."index")
        ELSE {stored_outputs} END AS outputs
 """.format(selection=SELECTION.format(after=""), columns=SELECTION_COLUMNS,
-           stored_outputs=STORED_OUTPUTS)
+           stored_outputs=STORED_OUTPUTS,
+           # The outputs may free funds where requests wait: wake those queues' heads.
+           wake=WAKE.format(keys="SELECT wallet, currency FROM asked",
+                            when="(SELECT value FROM verdict) = 'ok'").rstrip(","))
 
 # Unlock the selection's tokens and record it released; repeating it changes nothing. Only
 # this selection's rows (tx id and fence) are deleted, in token-id order. A lease operation:
-# committed asynchronously like the grants.
+# committed asynchronously like the grants. Stamped with the clock (before the commit that lets
+# anyone else take the tokens), so that a release is always stamped before the next grant.
 RELEASE = """
 WITH{commit}{selection}
 doomed AS (
@@ -169,17 +175,18 @@ freed AS (
     RETURNING token_id
 ),
 done AS (
-    UPDATE locks_selection s SET status = 'released', released_at = now()
+    UPDATE locks_selection s SET status = 'released', released_at = clock_timestamp()
     WHERE s.id = (SELECT id FROM sel) AND s.status IN ('locked', 'expired', 'lost')
     RETURNING s.released_at
-)
+),{wake}
 SELECT CASE WHEN NOT EXISTS (SELECT FROM sel) THEN 'not_found'
             WHEN (SELECT status FROM sel) = 'spent' THEN 'spent'
             ELSE 'ok' END AS verdict,
        {columns},
        coalesce((SELECT released_at FROM done), (SELECT released_at FROM sel)) AS released_at,
        (SELECT expires_at FROM sel) AS expires_at,
-       (SELECT count(*) FROM freed) AS freed
+       (SELECT count(*) FROM freed) AS freed,
+       (SELECT count(*) FROM woken) AS woken
 """
 
 # Renew every lock of the selection, all or none: each must still be held (tx id, fence, lease
@@ -224,6 +231,9 @@ def _lease_statement(template: str, durable: bool) -> str:
         commit="" if durable else ASYNC_COMMIT,
         selection=SELECTION.format(after="" if durable else ", commit_mode"),
         columns=SELECTION_COLUMNS,
+        # Released funds may be what requests of the key wait for: wake that queue's head.
+        wake=WAKE.format(keys="SELECT wallet, currency FROM sel",
+                         when="EXISTS (SELECT FROM freed)").rstrip(","),
     )
 
 

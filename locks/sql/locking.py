@@ -90,7 +90,9 @@ won AS MATERIALIZED (
 
 # The selection row, written by the call that completes the selection (its earlier calls'
 # tokens come in as held_*), so no lock outlives its owner's record: a process that dies after
-# this statement leaves a selection its client can spend, release or retry.
+# this statement leaves a selection its client can spend, release or retry. Stamped with the
+# clock when it is written, after its locks were taken: now() is when the statement began,
+# which may be before the previous holder let go (planning runs between the two).
 RECORDED = """
 recorded AS (
     INSERT INTO locks_selection (namespace, tx_id, wallet, currency, quantity, total, fence,
@@ -99,7 +101,7 @@ recorded AS (
            %(quantity)s::numeric,
            %(held_total)s::numeric + coalesce(sum(w.quantity), 0), (SELECT value FROM fence),
            %(held_ids)s::bigint[] || coalesce(array_agg(w.id ORDER BY w.id), ARRAY[]::bigint[]),
-           ARRAY[]::bigint[], 'locked', now(),
+           ARRAY[]::bigint[], 'locked', clock_timestamp(),
            least(min(w.expires_at), %(held_expiry)s::timestamptz)
     FROM won w
     HAVING %(held_total)s::numeric + coalesce(sum(w.quantity), 0) >= %(quantity)s::numeric

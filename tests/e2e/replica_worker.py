@@ -29,6 +29,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--hold", type=float, default=0.002, help="seconds to hold a selection")
     parser.add_argument("--spend-ratio", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--wait", type=float, default=0.0,
+                        help="seconds a selection may wait its turn for held funds")
+    parser.add_argument("--payee", default=None,
+                        help="pay the quantity to this wallet (change back to the payer)")
     return parser.parse_args(argv)
 
 
@@ -58,9 +62,14 @@ def run(args: argparse.Namespace, rng: random.Random, out) -> None:
         wallet = rng.choice(args.wallets)
         quantity = rng.randint(args.min_quantity, args.max_quantity)
         record: dict[str, object] = {"tx_id": tx_id, "wallet": wallet, "quantity": quantity}
+        started = time.monotonic()
         try:
-            selection = select_as_a_client(services, tx_id, wallet, args.currency, quantity,
-                                           rng, record)
+            if args.wait:
+                selection, _ = services.select_tokens(tx_id, wallet, args.currency, quantity,
+                                                      wait=args.wait)
+            else:
+                selection = select_as_a_client(services, tx_id, wallet, args.currency,
+                                               quantity, rng, record)
         except InsufficientFunds as exc:
             record.update(outcome="insufficient_funds", available=exc.available)
         except FundsLocked as exc:
@@ -69,12 +78,13 @@ def run(args: argparse.Namespace, rng: random.Random, out) -> None:
             acquired = time.monotonic()
             time.sleep(args.hold * rng.random() * 2)
             record.update(outcome="selected", tokens=list(selection.token_ids),
-                          total=str(selection.total), acquired=acquired)
+                          total=str(selection.total), acquired=acquired,
+                          waited=acquired - started)
             if rng.random() < args.spend_ratio:
                 # Pay `quantity` and return the change to the same wallet: supply is conserved,
                 # so any insufficient-funds outcome would be spurious.
                 change = int(selection.total) - quantity
-                outputs = [TokenSpec(tx_id, 0, wallet, args.currency, quantity)]
+                outputs = [TokenSpec(tx_id, 0, args.payee or wallet, args.currency, quantity)]
                 if change:
                     outputs.append(TokenSpec(tx_id, 1, wallet, args.currency, change))
                 record["released_at"] = time.monotonic()

@@ -121,8 +121,7 @@ def test_each_statement_removes_at_most_a_batch():
         run = run_housekeeping(batch_size=2, max_batches=10, grace_seconds=0,
                                progress=lambda kind, n: batches.append((kind, n)))
     assert [n for kind, n in batches if kind == "expired"] == [2, 2, 1]
-    deletes = [q["sql"] for q in queries
-               if q["sql"].lstrip().startswith("DELETE FROM locks_tokenlock")]
+    deletes = [q["sql"] for q in queries if "DELETE FROM locks_tokenlock" in q["sql"]]
     assert len(deletes) == 4  # one spent batch (empty) and three expired ones
     assert all("LIMIT 2" in sql for sql in deletes)
     assert run.expired_removed == 5 and remaining() == set()

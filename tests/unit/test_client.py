@@ -144,6 +144,42 @@ def test_funds_locked_carries_the_retry_after_header(api, client):
     assert (caught.value.retry_after, caught.value.available) == (3.0, 4)
 
 
+def test_the_exact_retry_after_of_the_body_wins_over_the_rounded_header(api, client):
+    api.script("/api/v1/selections/",
+               error(409, "funds_locked", headers={"Retry-After": "1"}, retry_after=0.04))
+    with pytest.raises(FundsLocked) as caught:
+        client.select("tx-1", "alice", "USD", 9)
+    assert caught.value.retry_after == 0.04
+
+
+def test_funds_locked_is_retried_with_jitter_for_as_long_as_asked(api, client):
+    api.script("/api/v1/selections/",
+               error(409, "funds_locked", retry_after=0.5), error(409, "funds_locked",
+                                                                  retry_after=0.5),
+               Answer(201, SELECTED))
+    now, slept = [0.0], []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    client._clock, client._sleep = (lambda: now[0]), sleep
+    assert client.select("tx-1", "alice", "USD", 9, retry_for=5)["fence"] == 42
+    assert len(slept) == 2 and all(0.25 <= s <= 0.75 for s in slept)
+    assert len(set(slept)) == 2  # jittered, not a fixed pause
+    api.script("/api/v1/selections/", error(409, "funds_locked", retry_after=0.5))
+    slept.clear()
+    with pytest.raises(FundsLocked):
+        client.select("tx-2", "alice", "USD", 9, retry_for=1)
+    assert sum(slept) <= 1  # gives up before its budget would be overrun
+
+
+def test_a_selection_may_ask_the_server_to_wait(api, client):
+    api.script("/api/v1/selections/", Answer(201, SELECTED))
+    client.select("tx-1", "alice", "USD", 9, wait=20)
+    assert api.calls("/api/v1/selections/")[-1]["body"]["wait"] == 20
+
+
 def test_funds_locked_without_a_header_still_suggests_a_wait(api, client):
     api.script("/api/v1/selections/", error(409, "funds_locked"))
     with pytest.raises(FundsLocked) as caught:

@@ -134,3 +134,31 @@ def test_a_selection_reports_its_real_state_lost_then_expired(funded):
     listed = funded.get(f"{URL}?status=expired").json()["results"]
     assert [(s["tx_id"], s["status"]) for s in listed] == [("tx-state", "expired")]
     assert funded.get(f"{URL}?status=locked").json()["results"] == []
+
+
+@pytest.mark.parametrize("header, applied", [
+    ("wait=5", "wait=5"), ("respond-async, wait=7", "wait=7"), ('wait="3"', "wait=3"),
+    ("wait=600", "wait=60"),  # capped at the longest wait the server grants
+    ("wait=soon", None), ("handling=lenient", None),  # hints: ignored when not understood
+])
+def test_a_prefer_wait_header_is_honoured_and_says_so(funded, header, applied):
+    response = funded.post(URL, {"tx_id": f"tx-{len(header)}", "wallet": "alice",
+                                 "currency": "USD", "quantity": "10"}, format="json",
+                           HTTP_PREFER=header)
+    assert response.status_code == 201
+    assert response.get("Preference-Applied") == applied
+
+
+def test_a_wait_field_outside_its_range_is_refused(funded):
+    for wait in (-1, 61, "5", 1.5):
+        response = funded.post(URL, {"tx_id": "tx", "wallet": "alice", "currency": "USD",
+                                     "quantity": "10", "wait": wait}, format="json")
+        assert response.status_code == 400 and "wait" in response.json()["fields"], wait
+
+
+def test_funds_locked_tells_how_long_to_wait_precisely(funded):
+    select(funded, "tx-all", "100")
+    response = select(funded, "tx-more", "1", expect=409)
+    body = response.json()
+    assert body["code"] == "funds_locked" and 0 < body["retry_after"] <= 30
+    assert int(response["Retry-After"]) >= body["retry_after"]

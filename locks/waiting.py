@@ -1,0 +1,246 @@
+"""Requests that wait for held funds: a queue per wallet/currency, served in arrival order.
+
+A request that may wait (``Prefer: wait=N``) and finds the funds held by others joins its key's
+queue (``locks.sql.waiting``) and sleeps. Only the queue's head, its oldest live waiter, tries
+again: when something frees that key's funds, the statement that did it notifies the head by
+name, this process's listener wakes exactly that request, and it selects. When it is served or
+gives up it leaves, which names the next head. Nobody starves: a later waiter never goes first.
+
+Waiting parks a thread, not a process (the web server runs threaded workers), and costs the
+database nothing while nothing changes: the head re-checks on its own every ``POLL`` seconds
+only in case a change was announced to nobody (a lease that simply ran out, tokens issued).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import select
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg import sql as pgsql
+
+from common import db
+from locks.listener import django_connect
+from locks.sql import waiting as queries
+from sherdlock import WalletKey
+
+log = logging.getLogger(__name__)
+
+# Seconds a waiter sleeps before it looks again by itself: the head re-selects, the others
+# re-read who heads their queue (a head whose process died stops counting at its deadline).
+POLL = 1.0
+
+
+class QueueFull(Exception):
+    """This process has no room for another waiting request right now."""
+
+
+@dataclass
+class Ticket:
+    """One waiting request's place in its key's queue."""
+
+    id: int
+    key: WalletKey
+    woken: threading.Event = field(default_factory=threading.Event)
+
+
+class Queues:
+    """What this process knows of every queue's head, and its own waiting requests.
+
+    One listener thread per process keeps the heads current from the notifications on
+    ``queries.CHANNEL`` and wakes the local request a notification names.
+    """
+
+    def __init__(self, slots: int = 16) -> None:
+        # Waiting requests park threads; the slots leave the rest of a worker's threads to
+        # the requests that move a queue on (spends, releases), which must never wait behind
+        # the requests waiting for them.
+        self.slots = threading.BoundedSemaphore(slots)
+        self._lock = threading.Lock()
+        self._heads: dict[WalletKey, int] = {}
+        self._local: dict[int, Ticket] = {}
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._pid = os.getpid()
+
+    # -- what requests use -------------------------------------------------------------
+
+    def start(self, timeout: float = 5.0) -> bool:
+        """Listen from a daemon thread (once per process); return whether it is listening."""
+        with self._lock:
+            if self._thread is None or self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._ready.clear()
+                self._thread = threading.Thread(target=self._run, name="sherdlock-waiting",
+                                                daemon=True)
+                self._thread.start()
+        return self._ready.wait(timeout)
+
+    def queued(self, key: WalletKey) -> bool:
+        """Tell whether requests of ``key`` are waiting (a newcomer must queue behind them)."""
+        with self._lock:
+            return key in self._heads
+
+    def join(self, key: WalletKey, seconds: float) -> Ticket:
+        """Take a place at the end of the queue of ``key`` for at most ``seconds``."""
+        row = db.execute(queries.JOIN, {"wallet": key.wallet, "currency": key.currency,
+                                        "seconds": float(seconds)}).fetchone()
+        ticket = Ticket(int(row[0]), key)
+        with self._lock:
+            self._local[ticket.id] = ticket
+            self._set_head(key, row[1])
+        return ticket
+
+    def is_head(self, ticket: Ticket) -> bool:
+        """Tell whether ``ticket`` heads its queue (only the head may try to select)."""
+        with self._lock:
+            return self._heads.get(ticket.key) == ticket.id
+
+    def wait(self, ticket: Ticket, timeout: float) -> bool:
+        """Sleep until ``ticket`` is named head or ``timeout`` passes; return whether woken."""
+        woken = ticket.woken.wait(max(timeout, 0.0))
+        ticket.woken.clear()
+        return woken
+
+    def refresh(self) -> None:
+        """Re-read every queue's head from the database."""
+        rows = db.execute(queries.HEADS, {}).fetchall()
+        with self._lock:
+            self._heads = {WalletKey(w, c): int(head) for w, c, head in rows}
+
+    def leave(self, ticket: Ticket) -> None:
+        """Give up the place of ``ticket``, telling every process who heads the queue now."""
+        with self._lock:
+            self._local.pop(ticket.id, None)
+            if self._heads.get(ticket.key) == ticket.id:
+                del self._heads[ticket.key]
+        db.execute(queries.LEAVE, {"id": ticket.id})
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop listening and close the connection (within about ``POLL`` seconds)."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread() and (
+                self._pid == os.getpid()):
+            thread.join(timeout)
+
+    # -- the listener -----------------------------------------------------------------
+
+    def apply(self, payload: str) -> None:
+        """Apply one notification: a queue's new head; wake it if it waits here."""
+        try:
+            message = json.loads(payload)
+            key = WalletKey(str(message["wallet"]), str(message["currency"]))
+            head = message["head"]
+        except (ValueError, KeyError, TypeError):
+            log.warning("unreadable wake-up %.200r", payload)
+            return
+        with self._lock:
+            self._set_head(key, head)
+
+    def _set_head(self, key: WalletKey, head: object) -> None:
+        if head is None:
+            self._heads.pop(key, None)
+            return
+        self._heads[key] = int(head)
+        local = self._local.get(int(head))
+        if local is not None:
+            local.woken.set()
+
+    def _run(self) -> None:
+        """Listen until the process ends, reconnecting after a pause."""
+        connect = django_connect()
+        while not self._stop.is_set():
+            try:
+                with contextlib.closing(connect()) as conn:
+                    conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(
+                        queries.CHANNEL)))
+                    self._resync(conn)
+                    self._ready.set()
+                    while not self._stop.is_set():
+                        ready, _, _ = select.select([conn.fileno()], [], [], POLL)
+                        if ready:
+                            for notify in conn.notifies(timeout=0):
+                                self.apply(notify.payload)
+            except (psycopg.Error, OSError) as exc:
+                if self._stop.is_set():
+                    break
+                log.warning("wake-up listener lost its connection (%s); reconnecting", exc)
+            self._ready.clear()
+            self._stop.wait(0.5)
+
+    def _resync(self, conn: psycopg.Connection) -> None:
+        """Start over after (re)connecting: what was announced meanwhile is unknown."""
+        rows = conn.execute(queries.HEADS).fetchall()
+        with self._lock:
+            self._heads = {WalletKey(w, c): int(head) for w, c, head in rows}
+            for ticket in self._local.values():
+                ticket.woken.set()  # let every local waiter look again
+
+
+_queues: Queues | None = None
+
+
+def queues() -> Queues:
+    """Return this process's queues (each process, forked or not, has its own)."""
+    global _queues
+    if _queues is None:
+        from django.conf import settings
+
+        _queues = Queues(int(settings.SHERDLOCK["WAIT_SLOTS"]))
+    return _queues
+
+
+def reset(timeout: float = 5.0) -> None:
+    """Forget this process's queues and stop its listener (tests, settings changes)."""
+    global _queues
+    queues_, _queues = _queues, None
+    if queues_ is not None:
+        queues_.stop(timeout)
+
+
+def wait_for(key: WalletKey, seconds: float, attempt, clock=time.monotonic):
+    """Call ``attempt()`` until it succeeds, waiting in the queue of ``key`` between tries.
+
+    ``attempt`` raises ``sherdlock.FundsLocked`` while others hold the funds. A newcomer tries
+    at once only if nobody waits for ``key`` yet; then only as the queue's head. Return what
+    the successful attempt returned; after ``seconds`` re-raise the last FundsLocked.
+    """
+    from sherdlock import FundsLocked
+
+    deadline = clock() + seconds
+    q = queues()
+    q.start()
+    if not q.queued(key):
+        try:
+            return attempt()
+        except FundsLocked:
+            pass
+    if not q.slots.acquire(blocking=False):
+        raise QueueFull()
+    try:
+        ticket = q.join(key, seconds)
+        last: FundsLocked | None = None
+        try:
+            while (left := deadline - clock()) > 0:
+                if q.is_head(ticket):
+                    try:
+                        return attempt()
+                    except FundsLocked as exc:
+                        last = exc
+                if not q.wait(ticket, min(left, POLL)) and not q.is_head(ticket):
+                    q.refresh()  # nothing heard for a while: is the head still alive?
+        finally:
+            q.leave(ticket)
+    finally:
+        q.slots.release()
+    if last is None:
+        return attempt()  # never got to the head: one last look before answering
+    raise last
