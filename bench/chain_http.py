@@ -131,6 +131,7 @@ def run(args, say) -> dict:
     with (args.out / "gunicorn-chain.log").open("w") as log:
         for mode in ("sequential", "concurrent"):
             database.reset()  # keeps the API key: the reset empties only the selection tables
+            say(f"[chain] http {mode}: {n} payments (at most {args.chain_timeout:g} s)")
             server = Server(None, log)
             try:
                 payments = _run(server, key, n, args.chain_processes, mode[:3],

@@ -146,6 +146,7 @@ def run(args, harness, say) -> dict:
     say(f"{database.top_up_expired_locks(planted, lease)} expired lock rows for (c)")
     keeper = Housekeeper()
     out["housekeeping"] = point("hk-c", on_start=keeper.release)
+    say("waiting for the housekeeper to remove the rest")
     passes = keeper.finish()
     finished = max((p["ended_s"] for p in passes), default=0.0)
     out["housekeeper"] = {

@@ -17,7 +17,7 @@ def _order(strategy: str) -> int:
 def selection_table(points: list[dict]) -> list[str]:
     """Figures per point with ours' ratio; * marks the best baseline of the point."""
     index = {(p["workload"], p["replicas"], p["strategy"]): p for p in points}
-    head = (f"{'workload':<11}{'R':>3}  {'strategy':<22}{'sel/s':>9}{'p50 ms':>8}{'p99 ms':>9}"
+    head = (f"{'workload':<11}{'R':>3}  {'strategy':<22}{'sel/s':>9}{'p50 ms':>10}{'p99 ms':>10}"
             f"{'att/tok':>8}{'insuf':>6}{'locked':>7}{'err':>4}{'dbl':>4}{'leak':>5}"
             f"{'ours÷':>7}")
     lines = [head, "-" * len(head)]
@@ -32,7 +32,7 @@ def selection_table(points: list[dict]) -> list[str]:
         outcomes, latency = p.get("outcomes", {}), p.get("latency_ms", {})
         lines.append(
             f"{workload:<11}{replicas:>3}  {strategy + best:<22}{_num(mine):>9}"
-            f"{_num(latency.get('p50'), 2):>8}{_num(latency.get('p99'), 2):>9}"
+            f"{_num(latency.get('p50'), 1):>10}{_num(latency.get('p99'), 1):>10}"
             f"{_num(p.get('attempts_per_locked_token'), 2):>8}"
             f"{_num(p.get('spurious_insufficient_funds'), 0):>6}"
             f"{_num(outcomes.get('funds_locked'), 0):>7}{_num(outcomes.get('error'), 0):>4}"
