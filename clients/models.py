@@ -6,7 +6,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from rest_framework_api_key.models import AbstractAPIKey
 
-from tokens.models import ID_MAX_LENGTH
+from tokens.models import ID_MAX_LENGTH, NAMESPACE_MAX_LENGTH
 
 
 class ApiKey(AbstractAPIKey):
@@ -20,10 +20,22 @@ class ApiKey(AbstractAPIKey):
     can_issue = models.BooleanField(default=False, help_text="May issue tokens.")
     can_select = models.BooleanField(default=False, help_text="May select, spend and release.")
     can_read = models.BooleanField(default=True, help_text="May read tokens, balances, locks.")
+    # Transaction ids (of selections, and of the tokens a client issues or its spends create)
+    # are unique per namespace, so clients can neither see nor take each other's.
+    namespace = models.CharField(
+        max_length=NAMESPACE_MAX_LENGTH, blank=True,
+        help_text="Keys of one client share a namespace of transaction ids; left empty, the "
+                  "key gets one of its own. Give a new key of the same client the old key's "
+                  "namespace to keep its selections.")
 
     class Meta(AbstractAPIKey.Meta):
         verbose_name = "API key"
         verbose_name_plural = "API keys"
+
+    def save(self, *args, **kwargs) -> None:
+        if not self.namespace:
+            self.namespace = f"key-{self.prefix}"
+        super().save(*args, **kwargs)
 
     def may_use(self, wallet: str) -> bool:
         return self.all_wallets or wallet in self.wallets

@@ -70,6 +70,14 @@ def wallet_scope(request) -> list[str] | None:
     return None if key.all_wallets else list(key.wallets)
 
 
+def request_namespace(request) -> str | None:
+    """Return the namespace of the caller's transaction ids; None (any) for staff sessions."""
+    key = api_key(request)
+    if key is not None:
+        return key.namespace
+    return None if is_staff_session(request) else ""
+
+
 def may_use(request, wallet: str) -> bool:
     scope = wallet_scope(request)
     return scope is None or wallet in scope

@@ -178,11 +178,21 @@ SPECTACULAR_SETTINGS = {
 SHERDLOCK = {
     "MAX_RETRIES": int(os.environ.get("SHERDLOCK_MAX_RETRIES", 5)),
     "FETCH_LIMIT": int(os.environ.get("SHERDLOCK_FETCH_LIMIT", 64)),
+    "COLD_FETCH_LIMIT": int(os.environ.get("SHERDLOCK_COLD_FETCH_LIMIT", 16)),
+    # Lease grants and releases commit asynchronously unless this is on (spends always commit
+    # synchronously): a database crash may then forget the last moments of grants, which their
+    # holders see as lease_lost. See locks.sql.locking.ASYNC_COMMIT.
+    "DURABLE_LEASES": env_bool("SHERDLOCK_DURABLE_LEASES", False),
+    # Hot statements are prepared on the server after this many runs on a connection; "off"
+    # behind a transaction-pooling proxy that cannot keep prepared statements.
+    "PREPARE_THRESHOLD": (
+        None if os.environ.get("SHERDLOCK_PREPARE_THRESHOLD", "2").strip().lower()
+        in {"off", "none", ""} else int(os.environ.get("SHERDLOCK_PREPARE_THRESHOLD", "2"))),
     "CACHE_TTL": float(os.environ.get("SHERDLOCK_CACHE_TTL", 1.0)),
     # Real-time caches: one LISTEN connection per replica process applies token and lock
     # changes to its cache (locks.listener). While it is connected the cache keeps queues for
     # CACHE_TTL_LISTENING; while it is not, or with LISTEN off, for CACHE_TTL.
-    "LISTEN": env_bool("SHERDLOCK_LISTEN", True),
+    "LISTEN": env_bool("SHERDLOCK_LISTEN", False),
     "CACHE_TTL_LISTENING": float(os.environ.get("SHERDLOCK_CACHE_TTL_LISTENING", 30.0)),
     "BACKOFF_ATTEMPTS": int(os.environ.get("SHERDLOCK_BACKOFF_ATTEMPTS", 3)),
     "BACKOFF_MIN": float(os.environ.get("SHERDLOCK_BACKOFF_MIN", 0.005)),

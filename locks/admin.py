@@ -274,9 +274,9 @@ class SelectionAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Release selected selections", permissions=["release"])
     def release(self, request, queryset):
-        for tx_id in queryset.values_list("tx_id", flat=True):
+        for tx_id, namespace in queryset.values_list("tx_id", "namespace"):
             try:
-                _, removed = release_selection(tx_id)
+                removed = release_selection(tx_id, namespace=namespace).locks_removed
             except (SherdlockError, DatabaseError) as exc:
                 self.message_user(request, f"{tx_id}: not released: {exc}", messages.ERROR)
             else:

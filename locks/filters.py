@@ -15,11 +15,16 @@ class SelectionFilter(django_filters.FilterSet):
 
     wallet = django_filters.CharFilter(max_length=ID_MAX_LENGTH)
     currency = django_filters.CharFilter(max_length=CURRENCY_MAX_LENGTH)
-    status = django_filters.ChoiceFilter(choices=Selection.Status.choices)
+    status = django_filters.ChoiceFilter(choices=Selection.Status.choices,
+                                         method="filter_status")
 
     class Meta:
         model = Selection
         fields = ["wallet", "currency", "status"]
+
+
+    def filter_status(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return queryset.reported(value)
 
 
 class LockFilter(django_filters.FilterSet):

@@ -5,11 +5,11 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
-from django.db.models import F, Q
-from django.db.models.functions import Now
+from django.db.models import Count, F, OuterRef, Q, Subquery, Value
+from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
-from tokens.models import CURRENCY_MAX_LENGTH, ID_MAX_LENGTH, MAX_QUANTITY
+from tokens.models import CURRENCY_MAX_LENGTH, ID_MAX_LENGTH, MAX_QUANTITY, NAMESPACE_MAX_LENGTH
 
 FENCE_SEQUENCE = "locks_fence_seq"
 
@@ -40,10 +40,15 @@ class TokenLock(models.Model):
     locking is an INSERT that either wins or conflicts.
     """
 
+    # No foreign-key constraint: every lock row is inserted from the token row it locks (under
+    # that row's lock) and tokens are never deleted, so the constraint could never fail, while
+    # its check would cost every lock insert a trigger and a KEY SHARE lock on the token row.
+    # (Deleting a token through the ORM still deletes its lock first.)
     token = models.OneToOneField(
-        "tokens.Token", on_delete=models.CASCADE, primary_key=True, related_name="lock"
+        "tokens.Token", on_delete=models.CASCADE, primary_key=True, related_name="lock",
+        db_constraint=False,
     )
-    spender_tx_id = models.CharField(max_length=ID_MAX_LENGTH, db_index=True)
+    spender_tx_id = models.CharField(max_length=ID_MAX_LENGTH)
     fence = models.BigIntegerField()
     created_at = models.DateTimeField(db_default=Now())
     expires_at = models.DateTimeField()
@@ -51,7 +56,12 @@ class TokenLock(models.Model):
     objects = TokenLockQuerySet.as_manager()
 
     class Meta:
-        indexes = [models.Index(fields=["expires_at"], name="tokenlock_expires_at")]
+        indexes = [
+            models.Index(fields=["expires_at"], name="tokenlock_expires_at"),
+            # Unlocks and spends find a selection's rows by holder; matched exactly, so no
+            # pattern-ops twin (which db_index=True on a CharField would add to every insert).
+            models.Index(fields=["spender_tx_id"], name="tokenlock_spender"),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=Q(expires_at__gte=F("created_at")), name="tokenlock_expiry_after_creation"
@@ -66,26 +76,58 @@ class TokenLock(models.Model):
         return self.expires_at <= timezone.now()
 
 
+class SelectionQuerySet(models.QuerySet):
+    def with_state(self) -> SelectionQuerySet:
+        """Annotate ``live_locks``: how many of its locks each selection still holds."""
+        held = (TokenLock.objects.live()
+                .filter(spender_tx_id=OuterRef("tx_id"), fence=OuterRef("fence"))
+                .order_by().values("spender_tx_id").annotate(n=Count("pk")).values("n"))
+        return self.annotate(live_locks=Coalesce(Subquery(held), 0))
+
+    def reported(self, status: str) -> SelectionQuerySet:
+        """Filter by the status a reader is told (see Selection.reported_status)."""
+        locked, expired = Selection.Status.LOCKED, Selection.Status.EXPIRED
+        if status == locked:
+            return self.filter(status=locked, expires_at__gt=Now())
+        if status == expired:
+            return self.filter(Q(status=expired) | Q(status=locked, expires_at__lte=Now()))
+        return self.filter(status=status)
+
+
 class Selection(models.Model):
-    """One spender transaction's selection: the tokens it locked and what became of them."""
+    """One spender transaction's selection: the tokens it locked and what became of them.
+
+    ``status`` is what the last operation on it recorded; a locked selection whose lease ran
+    out is reported ``expired``, and one whose locks were taken over or removed ``lost``,
+    until housekeeping records that too (``reported_status``).
+    """
 
     class Status(models.TextChoices):
         LOCKED = "locked", "locked"
         SPENT = "spent", "spent"
         RELEASED = "released", "released"
+        EXPIRED = "expired", "expired"
+        LOST = "lost", "lost"
 
-    tx_id = models.CharField(max_length=ID_MAX_LENGTH, unique=True)
+    namespace = models.CharField(max_length=NAMESPACE_MAX_LENGTH, db_default="", blank=True)
+    tx_id = models.CharField(max_length=ID_MAX_LENGTH)
     wallet = models.CharField(max_length=ID_MAX_LENGTH)
     currency = models.CharField(max_length=CURRENCY_MAX_LENGTH)
     quantity = models.DecimalField(max_digits=20, decimal_places=0)
     total = models.DecimalField(max_digits=21, decimal_places=0)
     fence = models.BigIntegerField(unique=True, db_default=NextFence())
     token_ids = ArrayField(models.BigIntegerField(), default=list)
+    # The tokens its spend created, in output order: exactly what a repeated spend compares
+    # and answers with, whatever else is later issued under the same transaction id.
+    output_ids = ArrayField(models.BigIntegerField(), blank=True, db_default=Value(
+        [], output_field=ArrayField(models.BigIntegerField())))
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.LOCKED)
     created_at = models.DateTimeField(db_default=Now())
     expires_at = models.DateTimeField(null=True, blank=True)
     spent_at = models.DateTimeField(null=True, blank=True)
     released_at = models.DateTimeField(null=True, blank=True)
+
+    objects = SelectionQuerySet.as_manager()
 
     class Meta:
         indexes = [
@@ -93,6 +135,8 @@ class Selection(models.Model):
             models.Index(fields=["-created_at"], name="selection_recent"),
         ]
         constraints = [
+            # A constraint rather than unique=True: no pattern-ops twin index to maintain.
+            models.UniqueConstraint(fields=["namespace", "tx_id"], name="selection_tx_id_unique"),
             models.CheckConstraint(
                 condition=Q(quantity__gt=0) & Q(quantity__lte=MAX_QUANTITY),
                 name="selection_quantity_range",
@@ -103,6 +147,22 @@ class Selection(models.Model):
 
     def __str__(self) -> str:
         return self.tx_id
+
+    @property
+    def reported_status(self) -> str:
+        """Return the status as of now: a locked selection may have expired or been lost.
+
+        Its lease ran out (``expired``), or some of its locks were removed or taken over while
+        it ran (``lost``; known when the selection was read ``with_state``).
+        """
+        if self.status != self.Status.LOCKED:
+            return self.status
+        if self.expires_at is not None and self.expires_at <= timezone.now():
+            return self.Status.EXPIRED
+        live = getattr(self, "live_locks", None)
+        if live is not None and live < len(self.token_ids):
+            return self.Status.LOST
+        return self.Status.LOCKED
 
 
 class LockAudit(models.Model):
@@ -149,6 +209,7 @@ class FailedSelection(models.Model):
         FUNDS_LOCKED = "funds_locked", "funds locked by others"
 
     created_at = models.DateTimeField(db_default=Now(), db_index=True)
+    namespace = models.CharField(max_length=NAMESPACE_MAX_LENGTH, db_default="", blank=True)
     tx_id = models.CharField(max_length=ID_MAX_LENGTH)
     wallet = models.CharField(max_length=ID_MAX_LENGTH)
     currency = models.CharField(max_length=CURRENCY_MAX_LENGTH)

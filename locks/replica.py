@@ -39,12 +39,23 @@ def selector_config(
     return SelectorConfig(
         max_retries=int(o["MAX_RETRIES"]),
         fetch_limit=int(o["FETCH_LIMIT"]),
+        cold_fetch_limit=int(o["COLD_FETCH_LIMIT"]),
         cache_ttl=float(ttl),
         backoff=BackoffPolicy(
             attempts=int(o["BACKOFF_ATTEMPTS"]),
             min_delay=float(o["BACKOFF_MIN"]),
             max_delay=float(o["BACKOFF_MAX"]),
         ),
+    )
+
+
+def build_store(options: dict[str, object] | None = None) -> PostgresTokenStore:
+    """Build the PostgreSQL store from ``settings.SHERDLOCK``."""
+    o = options if options is not None else settings.SHERDLOCK
+    return PostgresTokenStore(
+        lease=float(o["LEASE_SECONDS"]),
+        durable=bool(o["DURABLE_LEASES"]),
+        prepare_threshold=o["PREPARE_THRESHOLD"],
     )
 
 
@@ -65,7 +76,7 @@ def get_selector() -> Selector:
                 _listener = None
             options = settings.SHERDLOCK
             listen = listener_enabled(options)
-            store = PostgresTokenStore(lease=float(options["LEASE_SECONDS"]))
+            store = build_store(options)
             _selector = Selector(store, selector_config(options, listening=listen))
             _pid = pid
             if listen:

@@ -52,6 +52,10 @@ class SelectionSerializer(serializers.ModelSerializer):
     total = QuantityField(help_text="Sum of the selected tokens.")
     change = serializers.SerializerMethodField(help_text="total - quantity.")
     tokens = serializers.SerializerMethodField()
+    status = serializers.ChoiceField(
+        choices=Selection.Status.choices, source="reported_status", read_only=True,
+        help_text="locked until spent or released; expired once its lease ran out; lost when "
+                  "its locks were removed or taken over while it ran.")
 
     class Meta:
         model = Selection
@@ -66,7 +70,10 @@ class SelectionSerializer(serializers.ModelSerializer):
     @extend_schema_field(SelectedTokenSerializer(many=True))
     def get_tokens(self, selection: Selection) -> list:
         by_id = self.context.get("tokens_by_id")
-        if by_id is None:
+        held = getattr(selection, "held_tokens", None)
+        if held is not None:
+            tokens = held  # what the selecting statement returned
+        elif by_id is None:
             tokens = selection_tokens(selection)
         else:
             tokens = [by_id[pk] for pk in selection.token_ids if pk in by_id]
@@ -122,7 +129,11 @@ class SpendResultSerializer(SelectionSerializer):
 
     @extend_schema_field(OutputTokenSerializer(many=True))
     def get_outputs(self, selection: Selection) -> list:
-        outputs = Token.objects.filter(tx_id=selection.tx_id).order_by("index")
+        outputs = getattr(selection, "created_outputs", None)
+        if outputs is None:
+            # Exactly the tokens its spend created, whatever else shares the tx id.
+            by_id = Token.objects.in_bulk(selection.output_ids)
+            outputs = [by_id[pk] for pk in selection.output_ids if pk in by_id]
         return OutputTokenSerializer(outputs, many=True).data
 
 

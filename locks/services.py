@@ -1,8 +1,10 @@
 """The selection lifecycle: select, spend (with outputs), release, extend the lease.
 
-Views, tasks and commands call these; each is one short transaction (select: a few statements
-in autocommit) and raises errors of one hierarchy (``sherdlock.SherdlockError``) that the API
-translates to HTTP in one place.
+Views, tasks and commands call these. Each is one statement in the common case (select: two
+when the replica's cache cannot serve it) and raises errors of one hierarchy
+(``sherdlock.SherdlockError``) that the API translates to HTTP in one place. Selections are
+found by (namespace, tx id) within the caller's wallets (``wallets`` None: every wallet); the
+answers are built from what the statements returned, with no second read.
 """
 
 from __future__ import annotations
@@ -10,16 +12,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from datetime import timedelta
+from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Min
-from django.db.models.functions import Least, Now
-from django.utils import timezone
 
-from locks import metrics
+from locks import db, metrics
 from locks.errors import (
     AlreadySpent,
     LeaseLost,
@@ -29,17 +29,27 @@ from locks.errors import (
     TxIdConflict,
     ValueNotConserved,
 )
-from locks.models import FailedSelection, Selection, TokenLock
+from locks.models import FailedSelection, Selection
 from locks.replica import get_selector
-from sherdlock import FundsLocked, InsufficientFunds
+from locks.sql import lifecycle
+from locks.store import RecordedSelection
+from sherdlock import Candidate, ClaimRefused, FundsLocked, InsufficientFunds, WalletKey
 from tokens.models import Token
 from tokens.services import TokenSpec
 
 logger = logging.getLogger(__name__)
 
-FENCE_AND_EXISTING = (
-    "SELECT nextval('locks_fence_seq'), (SELECT id FROM locks_selection WHERE tx_id = %s)"
-)
+
+@dataclass
+class Outcome:
+    """A selection as an operation left it, with the tokens it holds and any outputs."""
+
+    selection: Selection
+    tokens: list[Token]
+    outputs: list[Token] = field(default_factory=list)
+    # False when the request repeated one already done (same spend, second release, ...).
+    changed: bool = True
+    locks_removed: int = 0  # by a release
 
 
 def _same_request(selection: Selection, wallet: str, currency: str, quantity: int) -> bool:
@@ -47,194 +57,232 @@ def _same_request(selection: Selection, wallet: str, currency: str, quantity: in
         wallet, currency, Decimal(quantity))
 
 
-def select_tokens(tx_id: str, wallet: str, currency: str, quantity: int) -> tuple[Selection, bool]:
+def select_tokens(tx_id: str, wallet: str, currency: str, quantity: int, *,
+                  namespace: str = "") -> tuple[Selection, bool]:
     """Lock tokens worth at least ``quantity`` for ``tx_id``; return (selection, created).
 
-    Repeating an identical request returns the existing selection (created False); the same
-    ``tx_id`` with different terms raises TxIdConflict. Selector errors propagate after being
-    recorded for the dashboard.
+    The statement that completes the selection also writes its row, so a new selection costs
+    one round trip when the replica's cache serves it and two when it must fetch. Repeating an
+    identical request returns the existing selection (created False); the same ``tx_id`` with
+    other terms, or one that names issued tokens, raises TxIdConflict. The selector never
+    sleeps here: funds held by others are reported at once (FundsLocked). Selector errors
+    propagate after being recorded for the dashboard.
     """
-    # One round trip both draws this selection's fence and finds an earlier one of this tx id
-    # (a repeat wastes a fence number; fences need to be unique and increasing, not dense).
-    with connection.cursor() as cursor:
-        cursor.execute(FENCE_AND_EXISTING, [tx_id])
-        fence, existing_pk = cursor.fetchone()
-    if existing_pk is not None:
-        existing = Selection.objects.get(pk=existing_pk)
-        if not _same_request(existing, wallet, currency, quantity):
-            raise TxIdConflict(f"transaction {tx_id} already selected different tokens")
-        return existing, False
     selector = get_selector()
     started, outcome, stats = time.monotonic(), "error", None
     try:
-        picked = selector.select(tx_id, wallet, currency, quantity, fence=fence)
+        picked = selector.select(tx_id, wallet, currency, quantity, patient=False,
+                                 record=True, namespace=namespace)
         outcome, stats = "success", picked.stats
+    except ClaimRefused:
+        outcome = "repeat"
+        return _repeat(namespace, tx_id, wallet, currency, quantity), False
     except (InsufficientFunds, FundsLocked) as exc:
         outcome = "insufficient_funds" if isinstance(exc, InsufficientFunds) else "funds_locked"
         stats = exc.stats
-        _record_failure(tx_id, wallet, currency, quantity, exc)
+        _record_failure(namespace, tx_id, wallet, currency, quantity, exc)
         raise
     finally:
-        metrics.record_selection(time.monotonic() - started, outcome, stats)
-    try:
-        selection = _insert(
-            tx_id=tx_id, wallet=wallet, currency=currency, quantity=Decimal(quantity),
-            total=Decimal(picked.total), fence=picked.fence,
-            token_ids=list(picked.token_ids), expires_at=picked.expires_at,
-        )
-    except IntegrityError:
-        # A concurrent request with the same tx id won: give back what we took (our fence
-        # keeps its locks safe) and answer as a repeat would.
-        selector.release(picked)
-        winner = Selection.objects.filter(tx_id=tx_id).first()
-        if winner is None or not _same_request(winner, wallet, currency, quantity):
-            raise TxIdConflict(f"transaction {tx_id} already selected different tokens") from None
-        return winner, False
+        if outcome != "repeat":
+            metrics.record_selection(time.monotonic() - started, outcome, stats)
+    record = picked.record
+    assert isinstance(record, RecordedSelection)
+    selection = Selection(
+        id=record.id, namespace=namespace, tx_id=tx_id, wallet=wallet, currency=currency,
+        quantity=Decimal(quantity), total=Decimal(picked.total), fence=picked.fence,
+        token_ids=[token_id for token_id, *_ in record.tokens], status=Selection.Status.LOCKED,
+        created_at=record.created_at, expires_at=picked.expires_at,
+    )
+    # The tokens as the statement returned them: the response needs no second query.
+    selection.held_tokens = [Token(id=i, tx_id=t, index=n, wallet=wallet, currency=currency,
+                                   quantity=Decimal(q)) for i, t, n, q in record.tokens]
     logger.info("selected %s for %s: %d token(s), total %s, %d lock attempt(s)",
                 picked.key, tx_id, len(picked.tokens), picked.total, picked.stats.lock_attempts)
     return selection, True
 
 
-def _insert(**fields: object) -> Selection:
-    # A single INSERT is atomic by itself: outside a transaction, skip BEGIN/COMMIT (two round
-    # trips on the hot path); inside one, a savepoint keeps a conflict from aborting it.
-    if connection.in_atomic_block:
-        with transaction.atomic():
-            return Selection.objects.create(**fields)
-    return Selection.objects.create(**fields)
+def _repeat(namespace: str, tx_id: str, wallet: str, currency: str, quantity: int) -> Selection:
+    """Answer a request whose tx id is taken: the same selection again, or a conflict."""
+    existing = Selection.objects.filter(namespace=namespace, tx_id=tx_id).first()
+    if existing is None:
+        raise TxIdConflict(f"transaction id {tx_id} names issued tokens; use another")
+    if not _same_request(existing, wallet, currency, quantity):
+        raise TxIdConflict(f"transaction {tx_id} already selected different tokens")
+    return existing
 
 
-def _record_failure(tx_id: str, wallet: str, currency: str, quantity: int,
+def _record_failure(namespace: str, tx_id: str, wallet: str, currency: str, quantity: int,
                     exc: InsufficientFunds | FundsLocked) -> None:
     outcome = (FailedSelection.Outcome.INSUFFICIENT_FUNDS if isinstance(exc, InsufficientFunds)
                else FailedSelection.Outcome.FUNDS_LOCKED)
     FailedSelection.objects.create(
-        tx_id=tx_id, wallet=wallet, currency=currency, quantity=Decimal(quantity),
-        outcome=outcome, lock_conflicts=exc.stats.lock_conflicts if exc.stats else 0,
+        namespace=namespace, tx_id=tx_id, wallet=wallet, currency=currency,
+        quantity=Decimal(quantity), outcome=outcome,
+        lock_conflicts=exc.stats.lock_conflicts if exc.stats else 0,
     )
     logger.info("selection %s in %s/%s failed: %s", tx_id, wallet, currency, outcome)
 
 
-def get_selection(tx_id: str) -> Selection:
-    """Return the selection of ``tx_id`` or raise SelectionNotFound."""
-    try:
-        return Selection.objects.get(tx_id=tx_id)
-    except Selection.DoesNotExist:
-        raise SelectionNotFound(f"no selection for transaction {tx_id}") from None
+def get_selection(tx_id: str, *, namespace: str | None = "",
+                  wallets: Sequence[str] | None = None) -> Selection:
+    """Return the selection of ``tx_id`` (with its lock state) or raise SelectionNotFound.
 
-
-def _locked_selection(tx_id: str) -> Selection:
-    try:
-        return Selection.objects.select_for_update().get(tx_id=tx_id)
-    except Selection.DoesNotExist:
-        raise SelectionNotFound(f"no selection for transaction {tx_id}") from None
-
-
-def _outputs_match(tx_id: str, outputs: Sequence[TokenSpec]) -> bool:
-    stored = {(t.index, t.wallet, t.currency, t.quantity)
-              for t in Token.objects.filter(tx_id=tx_id)}
-    return stored == {(o.index, o.wallet, o.currency, Decimal(o.quantity)) for o in outputs}
-
-
-def spend_selection(tx_id: str, outputs: Sequence[TokenSpec]) -> tuple[Selection, bool]:
-    """Spend the selected tokens and create ``outputs`` in one transaction.
-
-    Return (selection, spent_now); repeating the same spend returns spent_now False. The
-    outputs must sum exactly to the selection's total in its currency. Every lock must still
-    be held by this selection (same fence) and unexpired, checked inside the transaction.
+    ``namespace`` None looks in every namespace (operators), the oldest match first.
     """
-    with transaction.atomic():
-        selection = _locked_selection(tx_id)
-        if selection.status == Selection.Status.SPENT:
-            if _outputs_match(tx_id, outputs):
-                return selection, False
-            raise AlreadySpent(f"transaction {tx_id} was already spent with other outputs")
-        if selection.status == Selection.Status.RELEASED:
-            raise NotLocked(f"selection {tx_id} was released; select again")
-        _check_conservation(selection, outputs)
-        ids = list(selection.token_ids)
-        # Token rows first, then lock rows: the order every store statement uses.
-        list(Token.objects.select_for_update().filter(pk__in=ids).order_by("pk")
-             .values_list("pk", flat=True))
-        held = TokenLock.objects.filter(
-            pk__in=ids, spender_tx_id=tx_id, fence=selection.fence, expires_at__gt=Now(),
-            token__spent_at__isnull=True,
-        ).count()
-        if held != len(ids):
-            raise LeaseLost(
-                f"selection {tx_id} holds {held} of its {len(ids)} locks; its lease expired "
-                "or its tokens were taken over — select again")
-        now = timezone.now()
-        Token.objects.filter(pk__in=ids).update(spent_by=tx_id, spent_at=now)
-        try:
-            with transaction.atomic():
-                Token.objects.bulk_create([
-                    Token(tx_id=tx_id, index=o.index, wallet=o.wallet, currency=o.currency,
-                          quantity=Decimal(o.quantity)) for o in outputs
-                ])
-        except IntegrityError:
-            raise OutputConflict(f"an output of transaction {tx_id} already exists") from None
-        selection.status, selection.spent_at = Selection.Status.SPENT, now
-        selection.save(update_fields=["status", "spent_at"])
-        # The lock rows stay until housekeeping purges them: replicas with this token in
-        # their cache see it locked and move on without a refetch (the seed's design).
-    get_selector().forget(ids)
-    logger.info("spent %s: %d token(s) in, %d output(s)", tx_id, len(ids), len(outputs))
-    return selection, True
+    selections = Selection.objects.with_state().filter(tx_id=tx_id).order_by("pk")
+    if namespace is not None:
+        selections = selections.filter(namespace=namespace)
+    if wallets is not None:
+        selections = selections.filter(wallet__in=wallets)
+    selection = selections.first()
+    if selection is None:
+        raise SelectionNotFound(f"no selection for transaction {tx_id}")
+    return selection
 
 
-def _check_conservation(selection: Selection, outputs: Sequence[TokenSpec]) -> None:
-    wrong = sorted({o.currency for o in outputs} - {selection.currency})
-    if wrong:
+def spend_selection(tx_id: str, outputs: Sequence[TokenSpec], *, namespace: str = "",
+                    wallets: Sequence[str] | None = None) -> Outcome:
+    """Spend the selected tokens and create ``outputs``, all or nothing, in one statement.
+
+    Repeating the same spend answers the same outputs with ``changed`` False. The outputs must
+    sum exactly to the selection's total in its currency. Every lock must still be held by this
+    selection (same fence) and unexpired, checked under the token rows' locks.
+    """
+    params = _params(namespace, tx_id, wallets)
+    params.update(
+        indexes=[o.index for o in outputs], output_wallets=[o.wallet for o in outputs],
+        currencies=[o.currency for o in outputs],
+        quantities=[Decimal(o.quantity) for o in outputs],
+    )
+    try:
+        row = _run(lifecycle.SPEND, params, may_fail=True)
+    except IntegrityError:
+        raise OutputConflict(f"an output of transaction {tx_id} already exists") from None
+    verdict, selection, tokens = _selection(row, namespace, tx_id)
+    spent_at, _spent, stored = row["spent_at"], row["inputs_spent"], row["outputs"]
+    created = [Token(id=i, namespace=namespace, tx_id=tx_id, index=n, wallet=w, currency=c,
+                     quantity=Decimal(q)) for i, n, w, c, q in stored or ()]
+    if verdict == "spent":
+        if _outputs_match(created, outputs):
+            return Outcome(_spent_selection(selection, spent_at, created), tokens, created,
+                           changed=False)
+        raise AlreadySpent(f"transaction {tx_id} was already spent with other outputs")
+    if verdict == "released":
+        raise NotLocked(f"selection {tx_id} was released; select again")
+    if verdict == "not_conserved":
         raise ValueNotConserved(
-            f"outputs must be in {selection.currency}, not {', '.join(wrong)}")
-    out_total = sum(Decimal(o.quantity) for o in outputs)
-    if out_total != selection.total:
-        raise ValueNotConserved(
-            f"outputs sum to {out_total} but the selected tokens hold {selection.total}")
+            f"outputs must be in {selection.currency} and sum to the selected tokens' "
+            f"{selection.total}")
+    if verdict == "lease_lost":
+        raise LeaseLost(f"selection {tx_id} no longer holds all its locks: its lease expired "
+                        "or its tokens were taken over; select again")
+    _expect_ok(verdict)
+    get_selector().forget(selection.token_ids)
+    logger.info("spent %s: %d token(s) in, %d output(s)", tx_id, len(tokens), len(created))
+    return Outcome(_spent_selection(selection, spent_at, created), tokens, created)
 
 
-def release_selection(tx_id: str) -> tuple[Selection, int]:
-    """Unlock the selection's tokens; idempotent. Return (selection, locks removed)."""
-    with transaction.atomic():
-        selection = _locked_selection(tx_id)
-        if selection.status == Selection.Status.SPENT:
-            raise AlreadySpent(f"selection {tx_id} was spent; nothing to release")
-        if selection.status == Selection.Status.RELEASED:
-            return selection, 0
-        # Through the store: it deletes in token-id order, the order every inserter waits in.
-        removed = get_selector().release(tx_id, fence=selection.fence)
-        selection.status, selection.released_at = Selection.Status.RELEASED, timezone.now()
-        selection.save(update_fields=["status", "released_at"])
-    logger.info("released %s: %d lock(s)", tx_id, removed)
-    return selection, removed
+def release_selection(tx_id: str, *, namespace: str = "",
+                      wallets: Sequence[str] | None = None) -> Outcome:
+    """Unlock the selection's tokens and record it released; idempotent."""
+    row = _run(lifecycle.RELEASE_STATEMENTS[_durable()], _params(namespace, tx_id, wallets))
+    verdict, selection, tokens = _selection(row, namespace, tx_id)
+    if verdict == "spent":
+        raise AlreadySpent(f"selection {tx_id} was spent; nothing to release")
+    _expect_ok(verdict)
+    changed = selection.status != Selection.Status.RELEASED
+    selection.status, selection.released_at = Selection.Status.RELEASED, row["released_at"]
+    selection.expires_at = row["expires_at"]
+    if row["freed"]:
+        get_selector().released(WalletKey(selection.wallet, selection.currency),
+                                [Candidate(t.id, int(t.quantity)) for t in tokens])
+    logger.info("released %s: %d lock(s)", tx_id, row["freed"])
+    return Outcome(selection, tokens, changed=changed, locks_removed=row["freed"])
 
 
-def extend_selection(tx_id: str, seconds: float | None = None) -> Selection:
+def extend_selection(tx_id: str, seconds: float | None = None, *, namespace: str = "",
+                     wallets: Sequence[str] | None = None) -> Outcome:
     """Renew the lease of every lock of the selection, capped at its maximum lifetime."""
     options = settings.SHERDLOCK
-    lease = float(seconds if seconds is not None else options["LEASE_SECONDS"])
-    with transaction.atomic():
-        selection = _locked_selection(tx_id)
-        if selection.status == Selection.Status.SPENT:
-            raise AlreadySpent(f"selection {tx_id} was spent")
-        if selection.status == Selection.Status.RELEASED:
-            raise NotLocked(f"selection {tx_id} was released")
-        cap = selection.created_at + timedelta(seconds=float(options["MAX_LEASE_SECONDS"]))
-        renewed = TokenLock.objects.filter(
-            spender_tx_id=tx_id, fence=selection.fence, expires_at__gt=Now(),
-        ).update(expires_at=Least(Now() + timedelta(seconds=lease), cap))
-        if renewed != len(selection.token_ids):
-            raise LeaseLost(f"selection {tx_id} lost {len(selection.token_ids) - renewed} "
-                            "lock(s) before renewal; select again")
-        selection.expires_at = TokenLock.objects.filter(
-            spender_tx_id=tx_id, fence=selection.fence).aggregate(e=Min("expires_at"))["e"]
-        selection.save(update_fields=["expires_at"])
+    params = _params(namespace, tx_id, wallets)
+    params.update(seconds=float(seconds if seconds is not None else options["LEASE_SECONDS"]),
+                  max_lease=float(options["MAX_LEASE_SECONDS"]))
+    row = _run(lifecycle.EXTEND_STATEMENTS[_durable()], params)
+    verdict, selection, tokens = _selection(row, namespace, tx_id)
+    if verdict == "spent":
+        raise AlreadySpent(f"selection {tx_id} was spent")
+    if verdict == "released":
+        raise NotLocked(f"selection {tx_id} was released")
+    if verdict == "lease_lost":
+        raise LeaseLost(f"selection {tx_id} lost {row['missing']} lock(s) before renewal; "
+                        "select again")
+    _expect_ok(verdict)
+    selection.expires_at = row["expires_at"]
+    return Outcome(selection, tokens)
+
+
+def _params(namespace: str, tx_id: str, wallets: Sequence[str] | None) -> dict[str, Any]:
+    return {"namespace": namespace, "tx_id": tx_id,
+            "wallets": None if wallets is None else list(wallets)}
+
+
+def _durable() -> bool:
+    return bool(settings.SHERDLOCK["DURABLE_LEASES"])
+
+
+def _run(statement: str, params: dict[str, Any], may_fail: bool = False) -> dict[str, Any]:
+    """Run one lifecycle statement; return its row by column name.
+
+    On its own it is its own transaction. Inside a caller's transaction, a statement that
+    may fail runs in a savepoint, so that its failure does not abort the caller's work.
+    """
+    if may_fail and connection.in_atomic_block:
+        with transaction.atomic():
+            cursor = db.execute(statement, params)
+    else:
+        cursor = db.execute(statement, params)
+    names = [column.name for column in cursor.description]
+    return dict(zip(names, cursor.fetchone(), strict=True))
+
+
+def _selection(row: dict[str, Any], namespace: str,
+               tx_id: str) -> tuple[str, Selection, list[Token]]:
+    """Build the selection and its tokens from a lifecycle statement's row."""
+    verdict = row["verdict"]
+    if verdict == "not_found":
+        raise SelectionNotFound(f"no selection for transaction {tx_id}")
+    tokens = [Token(id=i, tx_id=t, index=n, wallet=row["wallet"], currency=row["currency"],
+                    quantity=Decimal(q)) for i, t, n, q in row["tokens"] or ()]
+    status = {"ok": Selection.Status.LOCKED, "spent": Selection.Status.SPENT,
+              "released": Selection.Status.RELEASED}.get(verdict, Selection.Status.LOCKED)
+    selection = Selection(
+        id=row["id"], namespace=namespace, tx_id=tx_id, wallet=row["wallet"],
+        currency=row["currency"], quantity=row["quantity"], total=row["total"],
+        fence=row["fence"], token_ids=[t.id for t in tokens], status=status,
+        created_at=row["created_at"], expires_at=row.get("expires_at"),
+        spent_at=row.get("spent_at"), released_at=row.get("released_at"),
+    )
+    selection.held_tokens = tokens
+    return verdict, selection, tokens
+
+
+def _spent_selection(selection: Selection, spent_at, outputs: list[Token]) -> Selection:
+    selection.status, selection.spent_at = Selection.Status.SPENT, spent_at
+    selection.created_outputs = outputs
     return selection
+
+
+def _expect_ok(verdict: str) -> None:
+    if verdict != "ok":
+        raise RuntimeError(f"unexpected verdict {verdict!r}")
+
+
+def _outputs_match(stored: list[Token], outputs: Sequence[TokenSpec]) -> bool:
+    return {(t.index, t.wallet, t.currency, t.quantity) for t in stored} == {
+        (o.index, o.wallet, o.currency, Decimal(o.quantity)) for o in outputs}
 
 
 def selection_tokens(selection: Selection) -> list[Token]:
     """Return the selection's tokens in selection order."""
     by_id = Token.objects.in_bulk(selection.token_ids)
     return [by_id[pk] for pk in selection.token_ids if pk in by_id]
-

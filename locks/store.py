@@ -3,93 +3,175 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
+from typing import Any
 
+import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 
-from locks import sql
-from sherdlock import Candidate, FetchResult, LockOutcome, Supply, WalletKey
+from locks import db
+from locks.sql import locking
+from sherdlock import (
+    Candidate,
+    Claim,
+    ClaimRefused,
+    FetchResult,
+    LockOutcome,
+    Supply,
+    WalletKey,
+)
 
 
-def _earliest(values: list[datetime | None]) -> datetime | None:
-    present = [value for value in values if value is not None]
-    return min(present) if present else None
+@dataclass(frozen=True)
+class RecordedSelection:
+    """The selection row a recording statement wrote, and the tokens it holds."""
+
+    id: int
+    created_at: datetime
+    # (token id, token tx id, token index, quantity), by token id.
+    tokens: tuple[tuple[int, str, int, int], ...]
+
+
+class TxIdTaken(ClaimRefused):
+    """The transaction id already has a selection or names issued tokens; nothing was locked."""
 
 
 class PostgresTokenStore:
     """Implement ``sherdlock.TokenStore`` with one short statement per call.
 
     ``lease`` is the lock lifetime in seconds, stamped by the database clock so that replicas
-    with skewed clocks agree on expiry. Statements run on Django's connection for ``using``
-    (per thread), in autocommit mode unless the caller opened a transaction.
+    with skewed clocks agree on expiry. For a recording claim (the service's selections) the
+    store writes the selection row in the statement that completes it and refuses
+    transaction ids already in use (``TxIdTaken``). With ``durable`` off, grants
+    and releases commit asynchronously (see ``locks.sql.locking.ASYNC_COMMIT``) when they run in
+    autocommit; inside a caller's transaction they follow that transaction. Statements run on
+    Django's connection for ``using`` (per thread), prepared after ``prepare_threshold`` runs
+    (``locks.db``; None never prepares).
     """
 
-    def __init__(self, lease: float = 60.0, using: str = DEFAULT_DB_ALIAS) -> None:
+    def __init__(
+        self,
+        lease: float = 60.0,
+        using: str = DEFAULT_DB_ALIAS,
+        *,
+        durable: bool = False,
+        prepare_threshold: int | None = 2,
+    ) -> None:
         if lease <= 0:
             raise ValueError("lease must be positive")
         self.lease = float(lease)
         self.using = using
+        self.durable = durable
+        self.prepare_threshold = prepare_threshold
         self.round_trips = 0  # statements sent; read by benchmarks
 
-    def _execute(self, statement: str, params: dict[str, object]) -> list[tuple]:
-        self.round_trips += 1
-        with connections[self.using].cursor() as cursor:
-            cursor.execute(statement, params)
-            return cursor.fetchall() if cursor.description else []
+    # -- TokenStore ----------------------------------------------------------------------
 
-    def next_fence(self) -> int:
-        return int(self._execute(sql.NEXT_FENCE, {})[0][0])
-
-    def fetch_and_lock(
-        self, key: WalletKey, tx_id: str, fence: int, need: int, limit: int
-    ) -> FetchResult:
-        rows = self._execute(sql.FETCH_AND_LOCK, {
-            "wallet": key.wallet, "currency": key.currency, "tx_id": tx_id, "fence": fence,
-            "need": need, "limit": limit, "lease": self.lease,
-        })
-        granted, spare, expiries = [], [], []
-        conflicts = 0
-        for token_id, quantity, attempted, was_granted, expires_at in rows:
-            candidate = Candidate(int(token_id), int(quantity))
-            if was_granted:
-                granted.append(candidate)
-                expiries.append(expires_at)
-            elif attempted:
-                conflicts += 1  # locked by a concurrent selection after our snapshot
-            else:
-                spare.append(candidate)
+    def fetch_and_lock(self, claim: Claim, limit: int) -> FetchResult:
+        row = self._lock(True, claim, {"limit": limit, "need": Decimal(claim.need)})
+        (fence, ids, quantities, expires_at, attempted, exhausted, free, unspent,
+         spare_ids, spare_quantities, is_open, recorded_id, recorded_at, tokens) = row
+        self._check_open(claim, is_open)
+        granted = _candidates(ids, quantities)
+        shortfall = None
+        if unspent is not None:
+            unspent = int(unspent)
+            others = unspent - int(free) - claim.held_total
+            shortfall = Supply(unspent=unspent, locked_by_others=max(0, others))
         return FetchResult(
-            granted=granted, spare=spare, exhausted=len(rows) < limit,
-            expires_at=_earliest(expiries), conflicts=conflicts,
+            granted=granted,
+            spare=_candidates(spare_ids, spare_quantities),
+            exhausted=bool(exhausted),
+            expires_at=expires_at,
+            # Chosen but not granted: a concurrent selection locked them after our snapshot.
+            conflicts=int(attempted) - len(granted),
+            fence=int(fence),
+            shortfall=shortfall,
+            record=self._recorded(claim, int(fence), granted, recorded_id, recorded_at, tokens),
         )
 
-    def try_lock(self, tx_id: str, fence: int, candidates: Sequence[Candidate]) -> LockOutcome:
+    def try_lock(self, claim: Claim, candidates: Sequence[Candidate]) -> LockOutcome:
         if not candidates:
-            return LockOutcome()
-        by_id = {candidate.token_id: candidate for candidate in candidates}
-        rows = self._execute(sql.TRY_LOCK, {
-            "token_ids": list(by_id), "tx_id": tx_id, "fence": fence, "lease": self.lease,
-        })
+            return LockOutcome(fence=claim.fence)
+        ids = sorted({candidate.token_id for candidate in candidates})
+        row = self._lock(False, claim, {"token_ids": ids})
+        fence, granted_ids, quantities, expires_at, is_open, recorded_id, recorded_at, tokens = row
+        self._check_open(claim, is_open)
+        granted = _candidates(granted_ids, quantities)
         return LockOutcome(
-            granted=[by_id[int(token_id)] for token_id, _ in rows],
-            expires_at=_earliest([expires_at for _, expires_at in rows]),
+            granted=granted,
+            expires_at=expires_at,
+            fence=int(fence),
+            record=self._recorded(claim, int(fence), granted, recorded_id, recorded_at, tokens),
         )
 
     def unlock(self, tx_id: str, fence: int, token_ids: Sequence[int] | None = None) -> int:
-        params: dict[str, object] = {"tx_id": tx_id, "fence": fence}
-        if token_ids is None:
-            statement = sql.UNLOCK_ALL
-        else:
+        params: dict[str, Any] = {"tx_id": tx_id, "fence": fence}
+        if token_ids is not None:
             if not token_ids:
                 return 0
-            statement, params["token_ids"] = sql.UNLOCK_SOME, list(token_ids)
-        self.round_trips += 1
-        with connections[self.using].cursor() as cursor:
-            cursor.execute(statement, params)
-            return cursor.rowcount
+            params["token_ids"] = sorted(token_ids)
+        statement = locking.UNLOCK_STATEMENTS[(token_ids is not None, self._durable())]
+        cursor = self._execute(statement, params)
+        return cursor.rowcount
 
     def supply(self, key: WalletKey, tx_id: str) -> Supply:
-        unspent, locked = self._execute(sql.SUPPLY, {
+        cursor = self._execute(locking.SUPPLY, {
             "wallet": key.wallet, "currency": key.currency, "tx_id": tx_id,
-        })[0]
+        })
+        unspent, locked = cursor.fetchone()
         return Supply(unspent=int(unspent), locked_by_others=int(locked))
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _lock(self, fetch: bool, claim: Claim, params: dict[str, Any]) -> tuple:
+        """Run the locking statement of this store's kind for ``claim``; return its row."""
+        params.update({
+            "tx_id": claim.tx_id, "fence": claim.fence, "lease": self.lease,
+            "wallet": claim.key.wallet, "currency": claim.key.currency,
+        })
+        if claim.record:
+            params.update({
+                "namespace": claim.namespace,
+                "quantity": Decimal(claim.quantity),
+                "held_ids": [c.token_id for c in claim.held],
+                "held_total": Decimal(claim.held_total),
+                "held_expiry": claim.held_expiry,
+            })
+        variant = locking.LockStatement(fetch=fetch, record=claim.record, durable=self._durable())
+        return self._execute(locking.LOCK_STATEMENTS[variant], params).fetchone()
+
+    def _durable(self) -> bool:
+        # Inside a caller's transaction the statement's commit is the caller's: leave its
+        # commit mode alone (it may hold a spend).
+        return self.durable or connections[self.using].in_atomic_block
+
+    def _check_open(self, claim: Claim, is_open: bool) -> None:
+        if not is_open:
+            raise TxIdTaken(f"transaction id {claim.tx_id} is already in use")
+
+    def _recorded(self, claim: Claim, fence: int, granted: list[Candidate],
+                  recorded_id: int | None, recorded_at: datetime | None,
+                  tokens: list | None) -> RecordedSelection | None:
+        if recorded_id is not None:
+            return RecordedSelection(
+                id=recorded_id, created_at=recorded_at,
+                tokens=tuple((int(i), str(t), int(n), int(q)) for i, t, n, q in tokens))
+        if claim.record and claim.held_total + sum(c.quantity for c in granted) >= claim.quantity:
+            # Complete, but a concurrent request of the same tx id recorded its selection
+            # first: ours must go (the selector releases this call's locks too).
+            raise TxIdTaken(f"transaction id {claim.tx_id} was taken concurrently",
+                            locked_nothing=not granted, fence=fence)
+        return None
+
+    def _execute(self, statement: str, params: dict[str, Any]) -> psycopg.Cursor:
+        self.round_trips += 1
+        return db.execute(statement, params, self.using, self.prepare_threshold)
+
+
+def _candidates(ids: list[int] | None, quantities: list[Decimal] | None) -> list[Candidate]:
+    if not ids:
+        return []
+    return [Candidate(int(i), int(q)) for i, q in zip(ids, quantities or (), strict=True)]

@@ -10,7 +10,13 @@ from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from clients.permissions import SELECT, check_wallets, may_use, scope_queryset
+from clients.permissions import (
+    SELECT,
+    check_wallets,
+    request_namespace,
+    scope_queryset,
+    wallet_scope,
+)
 from clients.throttling import SelectionsPerKeyThrottle, SelectionsPerWalletThrottle
 from config.exceptions import error_responses
 from locks.errors import SelectionNotFound
@@ -39,17 +45,22 @@ TX_ID = OpenApiParameter("tx_id", str, OpenApiParameter.PATH,
                          description="The spending transaction that owns the selection.")
 
 
-def visible_selection(request, tx_id: str) -> Selection:
-    """Return the selection of ``tx_id`` if the caller may see it; otherwise 404.
+def lookup(request, tx_id: str) -> dict[str, object]:
+    """Return how to find the caller's selection ``tx_id``: its namespace and wallet scope.
 
-    A selection in a wallet outside the key's scope is reported missing, not forbidden, so
-    keys cannot probe which transactions other clients run.
+    Another client's selection, or one in a wallet outside the key's scope, is reported
+    missing, not forbidden, so keys cannot probe which transactions other clients run.
     """
-    if is_identifier(tx_id):
-        selection = get_selection(tx_id)
-        if may_use(request, selection.wallet):
-            return selection
-    raise SelectionNotFound(f"no selection for transaction {tx_id}")
+    if not is_identifier(tx_id):
+        raise SelectionNotFound(f"no selection for transaction {tx_id}")
+    scope = wallet_scope(request)
+    return {"namespace": request_namespace(request),
+            "wallets": None if scope is None else sorted(scope)}
+
+
+def visible_selection(request, tx_id: str) -> Selection:
+    """Return the selection of ``tx_id`` if the caller may see it; otherwise 404."""
+    return get_selection(tx_id, **lookup(request, tx_id))
 
 
 class SelectionListCreate(generics.ListAPIView):
@@ -61,7 +72,7 @@ class SelectionListCreate(generics.ListAPIView):
     pagination_class = IdCursorPagination
 
     def get_queryset(self):
-        return scope_queryset(self.request, Selection.objects.all())
+        return scope_queryset(self.request, Selection.objects.with_state())
 
     def get_throttles(self):
         # Only selecting costs lock-table work worth limiting; reads are not throttled.
@@ -103,7 +114,8 @@ class SelectionListCreate(generics.ListAPIView):
         serializer = SelectRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         check_wallets(request, [serializer.validated_data["wallet"]])
-        selection, created = select_tokens(**serializer.validated_data)
+        selection, created = select_tokens(**serializer.validated_data,
+                                           namespace=request_namespace(request))
         body = SelectionSerializer(selection).data
         if not created:
             return Response(body)
@@ -139,11 +151,11 @@ class SelectionSpend(APIView):
                        "lease_lost, not_locked, already_spent, output_conflict"))},
     )
     def post(self, request, tx_id: str):
-        selection = visible_selection(request, tx_id)
+        where = lookup(request, tx_id)
         serializer = SpendSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        selection, _ = spend_selection(selection.tx_id, serializer.specs(selection.tx_id))
-        return Response(SpendResultSerializer(selection).data)
+        outcome = spend_selection(tx_id, serializer.specs(tx_id), **where)
+        return Response(SpendResultSerializer(outcome.selection).data)
 
 
 class SelectionRelease(APIView):
@@ -159,8 +171,8 @@ class SelectionRelease(APIView):
                    **error_responses(401, 403, 404, 409, conflicts="already_spent")},
     )
     def post(self, request, tx_id: str):
-        selection, _ = release_selection(visible_selection(request, tx_id).tx_id)
-        return Response(SelectionSerializer(selection).data)
+        outcome = release_selection(tx_id, **lookup(request, tx_id))
+        return Response(SelectionSerializer(outcome.selection).data)
 
 
 class SelectionExtend(APIView):
@@ -178,11 +190,11 @@ class SelectionExtend(APIView):
             400, 401, 403, 404, 409, 415, conflicts="lease_lost, not_locked, already_spent")},
     )
     def post(self, request, tx_id: str):
-        selection = visible_selection(request, tx_id)
+        where = lookup(request, tx_id)
         serializer = ExtendSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        selection = extend_selection(selection.tx_id, serializer.validated_data.get("seconds"))
-        return Response(SelectionSerializer(selection).data)
+        outcome = extend_selection(tx_id, serializer.validated_data.get("seconds"), **where)
+        return Response(SelectionSerializer(outcome.selection).data)
 
 
 class LockPagination(IdCursorPagination):

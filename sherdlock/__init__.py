@@ -2,7 +2,7 @@
 
 from .cache import TokenCache
 from .config import BackoffPolicy, SelectorConfig
-from .errors import FundsLocked, InsufficientFunds, InvalidRequest, SherdlockError
+from .errors import ClaimRefused, FundsLocked, InsufficientFunds, InvalidRequest, SherdlockError
 from .interfaces import Clock, Sleeper, TokenStore
 from .lease import LeaseKeeper
 from .memory import InMemoryStore
@@ -10,6 +10,7 @@ from .selector import Selector
 from .types import (
     MAX_QUANTITY,
     Candidate,
+    Claim,
     FetchResult,
     LockOutcome,
     Selection,
@@ -22,6 +23,8 @@ __all__ = [
     "MAX_QUANTITY",
     "BackoffPolicy",
     "Candidate",
+    "Claim",
+    "ClaimRefused",
     "Clock",
     "FetchResult",
     "FundsLocked",

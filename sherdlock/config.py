@@ -52,9 +52,13 @@ class SelectorConfig:
         since the previous fetch) before the round gives up with FundsLocked. Fetches that
         lock something reset the count, so large selections spanning many fetches are not
         cut short. Higher values wait longer for a competitor to finish or release.
-    fetch_limit: rows read per fetch. Rows not needed are cached for later selections on
-        this replica, saving queries; too many make cached lists go stale (more conflicts)
-        and make each fetch heavier.
+    fetch_limit: rows read per fetch for a wallet/currency this replica selected from within
+        the last `cache_ttl`. Rows not needed are cached for later selections on this replica,
+        saving queries; too many make cached lists go stale (more conflicts) and make each
+        fetch heavier.
+    cold_fetch_limit: rows read per fetch for a wallet/currency this replica has not
+        selected from recently. Its leftovers would most likely expire unused, so the fetch
+        reads little more than a selection needs.
     refetch_delay: (min, max) seconds of jittered sleep before a refetch without progress,
         giving the competitor time to commit or release instead of hammering the store.
     cache_ttl: seconds a cached candidate list stays usable, and how long this replica
@@ -68,6 +72,7 @@ class SelectorConfig:
 
     max_retries: int = 5
     fetch_limit: int = 64
+    cold_fetch_limit: int = 16
     refetch_delay: tuple[float, float] = (0.001, 0.010)
     cache_ttl: float = 1.0
     cache_max_wallets: int = 10_000
@@ -76,8 +81,10 @@ class SelectorConfig:
     def __post_init__(self) -> None:
         if type(self.max_retries) is not int or self.max_retries < 0:
             raise ValueError(f"max_retries must be a non-negative int, got {self.max_retries!r}")
-        if type(self.fetch_limit) is not int or self.fetch_limit < 1:
-            raise ValueError(f"fetch_limit must be a positive int, got {self.fetch_limit!r}")
+        for name in ("fetch_limit", "cold_fetch_limit"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
         if not isinstance(self.refetch_delay, tuple) or len(self.refetch_delay) != 2:
             raise ValueError(
                 f"refetch_delay must be a (min, max) tuple, got {self.refetch_delay!r}"

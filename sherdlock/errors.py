@@ -73,5 +73,26 @@ class FundsLocked(SherdlockError):
         self.retry_after = retry_after
 
 
+class ClaimRefused(SherdlockError):
+    """The store refused to record this selection: its transaction id is already taken.
+
+    Raised for recording claims only. `locked_nothing` tells that the refusing call locked
+    nothing, so there is nothing of that call to release; otherwise `fence` names the fence
+    its locks are under (the call may have drawn it).
+    """
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        locked_nothing: bool = True,
+        fence: int | None = None,
+        stats: SelectionStats | None = None,
+    ):
+        super().__init__(message, stats=stats)
+        self.locked_nothing = locked_nothing
+        self.fence = fence
+
+
 class InvalidRequest(SherdlockError, ValueError):
     """The selection request is malformed."""

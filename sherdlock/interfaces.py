@@ -5,38 +5,35 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from .types import Candidate, FetchResult, LockOutcome, Supply, WalletKey
+from .types import Candidate, Claim, FetchResult, LockOutcome, Supply, WalletKey
 
 
 @runtime_checkable
 class TokenStore(Protocol):
-    """Read unspent tokens and keep the shared lock table, the source of truth."""
+    """Read unspent tokens and keep the shared lock table, the source of truth.
 
-    def next_fence(self) -> int:
-        """Return a fencing token strictly greater than any returned before; one per selection.
+    Locking calls work for a `Claim`: they lock for its transaction under its fence and, when
+    its fence is None, draw a new fence in the same round trip and report it (fences are
+    strictly increasing across every replica, one per selection, so a late unlock of an
+    aborted selection never removes the locks of a newer one).
+    """
 
-        The fence lets the store tell apart two selections of the same transaction, so a
-        late unlock of an aborted selection never removes the locks of a newer one.
-        """
-        ...
-
-    def fetch_and_lock(
-        self, key: WalletKey, tx_id: str, fence: int, need: int, limit: int
-    ) -> FetchResult:
-        """Read up to `limit` free tokens of `key` and lock a prefix of them reaching `need`.
+    def fetch_and_lock(self, claim: Claim, limit: int) -> FetchResult:
+        """Read up to `limit` free tokens of the claim's key and lock some reaching its need.
 
         Free means unspent and without a live lock. Rows come in a fresh random permutation
         on every call so replicas do not all race for the same tokens, and rows another
-        transaction is touching right now are skipped rather than waited for. Lock, for
-        `tx_id` under `fence`, the shortest prefix whose quantities sum to at least `need`
-        (all rows if they do not reach it); return the remaining rows unlocked as `spare`.
-        Set `exhausted` when fewer than `limit` rows were found, and `conflicts` to the rows
-        it tried to lock but lost to a concurrent selection. Raise only on failures that are
-        not contention (connection lost, ...).
+        transaction is touching right now are skipped rather than waited for. Lock the
+        shortest prefix whose quantities reach `claim.need` (all rows if they do not reach it
+        but more free tokens exist); return the other rows unlocked as `spare`. If every
+        free token of the key together cannot reach the need, lock nothing and report the
+        key's totals as `shortfall`. Set `exhausted` when fewer than `limit` rows were
+        found, and `conflicts` to the rows it tried to lock but lost to a concurrent
+        selection. Raise only on failures that are not contention (connection lost, ...).
         """
         ...
 
-    def try_lock(self, tx_id: str, fence: int, candidates: Sequence[Candidate]) -> LockOutcome:
+    def try_lock(self, claim: Claim, candidates: Sequence[Candidate]) -> LockOutcome:
         """Lock those candidates that are still unspent and not live-locked, in one round trip.
 
         Expired locks of other spenders may be taken over. A candidate locked by anyone

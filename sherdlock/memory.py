@@ -10,8 +10,9 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from .errors import ClaimRefused
 from .interfaces import Clock
-from .types import Candidate, FetchResult, LockOutcome, Supply, WalletKey
+from .types import Candidate, Claim, FetchResult, LockOutcome, Supply, WalletKey
 
 
 @dataclass(slots=True)
@@ -47,8 +48,9 @@ class InMemoryStore:
 
     Mirrors the semantics a database store must honour: locks are live until `lease`
     seconds after they were taken, expired locks may be taken over, spent tokens keep
-    their lock rows (as a database store does until housekeeping), and unlock only ever
-    touches rows of the given transaction and fence.
+    their lock rows (as a database store does until housekeeping), unlock only ever
+    touches rows of the given transaction and fence, and a fetch locks nothing when the
+    free tokens cannot make up the need.
     """
 
     def __init__(
@@ -66,6 +68,8 @@ class InMemoryStore:
         self._fences = itertools.count(1)
         self._faults: defaultdict[str, list[_Fault]] = defaultdict(list)
         self.calls: Counter[str] = Counter()
+        # Selections recorded for recording claims, by (namespace, tx id).
+        self.records: dict[tuple[str, str], dict[str, object]] = {}
 
     # -- test helpers -------------------------------------------------------------
 
@@ -165,24 +169,32 @@ class InMemoryStore:
 
     # -- TokenStore -----------------------------------------------------------------
 
-    def next_fence(self) -> int:
-        """Return the next fencing token."""
-        with self._mutex:
-            self._enter("next_fence")
-            return next(self._fences)
-
-    def fetch_and_lock(
-        self, key: WalletKey, tx_id: str, fence: int, need: int, limit: int
-    ) -> FetchResult:
-        """Read up to `limit` free tokens of `key` at random and lock a prefix reaching `need`."""
+    def fetch_and_lock(self, claim: Claim, limit: int) -> FetchResult:
+        """Read up to `limit` free tokens of the key at random and lock a prefix reaching need."""
         if limit < 1:
             raise ValueError(f"limit must be positive, got {limit}")
         with self._mutex:
             fault = self._enter("fetch_and_lock")
+            fence = self._fence(claim)
             now = self._clock()
+            key, need = claim.key, claim.need
             free = sorted(t for t in self._unspent.get(key, ()) if self._live_lock(t, now) is None)
             self._rng.shuffle(free)
             rows = [Candidate(t, self._tokens[t].quantity) for t in free[:limit]]
+            seen = sum(c.quantity for c in rows)
+            reach = seen if seen >= need or len(rows) < limit else sum(
+                self._tokens[t].quantity for t in free)
+            if reach < need:
+                # Every free token together cannot make up the need: lock nothing.
+                unspent = sum(self._tokens[t].quantity for t in self._unspent.get(key, ()))
+                others = unspent - reach - claim.held_total
+                result = FetchResult(
+                    spare=rows, exhausted=len(rows) < limit, fence=fence,
+                    shortfall=Supply(unspent=unspent, locked_by_others=max(0, others)),
+                )
+                self._raise_after(fault)
+                return result
+            self._check_claim(claim)
             granted: list[Candidate] = []
             reached = 0
             for candidate in rows:
@@ -190,20 +202,24 @@ class InMemoryStore:
                     break
                 granted.append(candidate)
                 reached += candidate.quantity
-            expires_at = self._lock_rows(granted, tx_id, fence, now)
+            expires_at = self._lock_rows(granted, claim.tx_id, fence, now)
             result = FetchResult(
                 granted=granted,
                 spare=rows[len(granted) :],
                 exhausted=len(rows) < limit,
                 expires_at=expires_at,
+                fence=fence,
+                record=self._record(claim, fence, granted),
             )
             self._raise_after(fault)
             return result
 
-    def try_lock(self, tx_id: str, fence: int, candidates: Sequence[Candidate]) -> LockOutcome:
+    def try_lock(self, claim: Claim, candidates: Sequence[Candidate]) -> LockOutcome:
         """Lock the candidates that are unspent and not live-locked."""
         with self._mutex:
             fault = self._enter("try_lock")
+            fence = self._fence(claim)
+            self._check_claim(claim)
             now = self._clock()
             granted: list[Candidate] = []
             seen: set[int] = set()
@@ -215,7 +231,12 @@ class InMemoryStore:
                 seen.add(token_id)
                 if self._live_lock(token_id, now) is None:
                     granted.append(Candidate(token_id, token.quantity))
-            outcome = LockOutcome(granted, self._lock_rows(granted, tx_id, fence, now))
+            outcome = LockOutcome(
+                granted,
+                self._lock_rows(granted, claim.tx_id, fence, now),
+                fence=fence,
+                record=self._record(claim, fence, granted),
+            )
             self._raise_after(fault)
             return outcome
 
@@ -252,6 +273,26 @@ class InMemoryStore:
             return Supply(unspent=unspent, locked_by_others=locked)
 
     # -- internals ------------------------------------------------------------------
+
+    def _fence(self, claim: Claim) -> int:
+        """Return the claim's fence, drawing the next one if it has none."""
+        return claim.fence if claim.fence is not None else next(self._fences)
+
+    def _check_claim(self, claim: Claim) -> None:
+        """Refuse a recording claim whose transaction already has a recorded selection."""
+        if claim.record and (claim.namespace, claim.tx_id) in self.records:
+            raise ClaimRefused(f"transaction {claim.tx_id} already has a selection")
+
+    def _record(self, claim: Claim, fence: int, granted: list[Candidate]) -> object | None:
+        """Record the selection if this call completes a recording claim."""
+        if not claim.record:
+            return None
+        tokens = (*claim.held, *granted)
+        if sum(c.quantity for c in tokens) < claim.quantity:
+            return None
+        record = {"tx_id": claim.tx_id, "fence": fence, "token_ids": [c.token_id for c in tokens]}
+        self.records[(claim.namespace, claim.tx_id)] = record
+        return record
 
     def _live_lock(self, token_id: int, now: float) -> _LockRow | None:
         """Return the lock row of a token if it has not expired."""

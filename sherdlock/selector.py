@@ -4,35 +4,19 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
 from .cache import TokenCache
 from .config import SelectorConfig
-from .errors import FundsLocked, InsufficientFunds, InvalidRequest
+from .errors import ClaimRefused, FundsLocked, InsufficientFunds, InvalidRequest
 from .interfaces import Clock, Sleeper, TokenStore
-from .types import MAX_QUANTITY, Candidate, Selection, SelectionStats, Supply, WalletKey
+from .round import Round, validate
+from .types import Candidate, Selection, SelectionStats, Supply, WalletKey
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class _Round:
-    """Locks gathered by one selection round."""
-
-    tx_id: str
-    key: WalletKey
-    quantity: int
-    fence: int
-    stats: SelectionStats
-    locked: list[Candidate] = field(default_factory=list)
-    ids: set[int] = field(default_factory=set)
-    total: int = 0
-    expiries: list[object] = field(default_factory=list)
-    # Ids sent in a locking call whose outcome is unknown if it raised; None when the
-    # call (fetch_and_lock) could have locked ids we never saw.
-    pending: list[int] | None = field(default_factory=list)
 
 
 class Selector:
@@ -61,6 +45,10 @@ class Selector:
         )
         self._rng = rng if rng is not None else random.Random()
         self._sleep = sleep
+        # When this replica last fetched each wallet/currency: a key fetched again within the
+        # cache ttl is in demand here, and worth a full batch.
+        self._fetched: OrderedDict[WalletKey, float] = OrderedDict()
+        self._fetched_lock = threading.Lock()
 
     @property
     def config(self) -> SelectorConfig:
@@ -72,21 +60,40 @@ class Selector:
         """Return the candidate cache of this replica."""
         return self._cache
 
+    @property
+    def store(self) -> TokenStore:
+        """Return the store this selector locks in."""
+        return self._store
+
     def select(
-        self, tx_id: str, wallet: str, currency: str, quantity: int, fence: int | None = None
+        self,
+        tx_id: str,
+        wallet: str,
+        currency: str,
+        quantity: int,
+        fence: int | None = None,
+        *,
+        patient: bool = True,
+        record: bool = False,
+        namespace: str = "",
     ) -> Selection:
         """Lock tokens of `wallet` in `currency` summing to at least `quantity` for `tx_id`.
 
         Raise InvalidRequest for bad arguments, InsufficientFunds when the unspent supply is
-        short, FundsLocked when others hold what is needed after every backoff round. Store
-        failures propagate unchanged. On any failure this call holds no lock.
+        short, FundsLocked when others hold what is needed. A patient call waits for them:
+        it refetches after short sleeps and backs off between rounds before it gives up; an
+        impatient one (patient=False) never sleeps and answers FundsLocked as soon as the
+        store reports that the free tokens cannot make up the quantity. Store failures
+        propagate unchanged. On any failure this call holds no lock. Without `fence` the
+        first locking statement draws one. With `record` the store records the selection
+        as it completes it (see Claim.record) and may refuse with ClaimRefused when `tx_id`
+        is taken in `namespace`.
         """
-        key = _validate(tx_id, wallet, currency, quantity, fence)
-        if fence is None:
-            fence = self._store.next_fence()
+        key = validate(tx_id, wallet, currency, quantity, fence)
         stats = SelectionStats()
         backoff = self._config.backoff
-        for attempt in range(backoff.attempts + 1):
+        rounds = backoff.attempts + 1 if patient else 1
+        for attempt in range(rounds):
             if attempt:
                 # Both sides of a livelock have released everything; sleeping for different
                 # random times lets the first to wake take all it needs.
@@ -96,11 +103,15 @@ class Selector:
                 # Cached candidates are the ones just fought over; start from the store.
                 self._cache.invalidate(key)
             stats.rounds += 1
+            rnd = Round(tx_id, key, quantity, fence, stats, recording=record,
+                         namespace=namespace)
             try:
-                return self._run_round(_Round(tx_id, key, quantity, fence, stats))
+                return self._run_round(rnd, patient)
             except FundsLocked:
-                if attempt == backoff.attempts:
+                if attempt == rounds - 1:
                     raise
+            finally:
+                fence = rnd.fence  # later rounds keep the fence the first one drew
         raise AssertionError("unreachable")  # pragma: no cover
 
     def release(
@@ -135,20 +146,27 @@ class Selector:
             self._cache.add(selection.key, freed)
         return released
 
+    def released(self, key: WalletKey, tokens: Iterable[Candidate]) -> None:
+        """Take back tokens whose locks were removed elsewhere (e.g. by one statement)."""
+        tokens = list(tokens)
+        self._cache.unhold(c.token_id for c in tokens)
+        self._cache.add(key, tokens)
+
     def forget(self, token_ids: Iterable[int], key: WalletKey | None = None) -> None:
         """Drop spent tokens from the local holds and from the cache."""
         ids = list(token_ids)
         self._cache.unhold(ids)
         self._cache.discard(key, ids)
 
-    def _run_round(self, rnd: _Round) -> Selection:
+    def _run_round(self, rnd: Round, patient: bool) -> Selection:
         """Run one round; on any failure release exactly its locks and re-raise."""
         try:
-            self._gather(rnd)
+            self._gather(rnd, patient)
         except BaseException as exc:
             # BaseException too: an interrupt must not leave locks until their lease ends.
             self._abort(rnd, exc)
             raise
+        assert rnd.fence is not None
         now = self._clock()
         # Refresh the local check: a cached list filled before our locks lives at most ttl.
         self._cache.hold(rnd.ids, now + self._config.cache_ttl, owner=(rnd.tx_id, rnd.fence))
@@ -159,24 +177,30 @@ class Selector:
             fence=rnd.fence,
             tokens=tuple(rnd.locked),
             total=rnd.total,
-            expires_at=min(rnd.expiries) if rnd.expiries else None,
+            expires_at=min(rnd.expiries) if rnd.expiries else None,  # type: ignore[type-var]
             stats=rnd.stats,
+            record=rnd.record,
         )
 
-    def _gather(self, rnd: _Round) -> None:
+    def _gather(self, rnd: Round, patient: bool) -> None:
         """Lock tokens from the cache, refetching when it runs dry, until the quantity is met."""
         store, config, stats = self._store, self._config, rnd.stats
+        # Fetches in a row that locked nothing before the round gives up. An impatient round
+        # still refetches once at once: a fetch whose picks were all taken by concurrent
+        # statements says nothing about what is free now.
+        allowed_stalls = config.max_retries if patient else min(config.max_retries, 1)
         fetches = 0
         stalled = 0  # consecutive refetches with nothing locked since the previous fetch
         total_before_fetch = 0
-        supply: Supply | None = None  # as of the latest fetch
+        shortfall: Supply | None = None  # as of the latest fetch
         while rnd.total < rnd.quantity:
             batch = self._cache.take(rnd.key, rnd.quantity - rnd.total, exclude=rnd.ids)
             if batch:
                 submitted = {c.token_id for c in batch}
                 rnd.pending = list(submitted)
-                outcome = store.try_lock(rnd.tx_id, rnd.fence, batch)
+                outcome = store.try_lock(rnd.claim(), batch)
                 rnd.pending = []
+                self._adopt(rnd, outcome.fence, outcome.record)
                 hits = self._accept(rnd, outcome.granted, outcome.expires_at, submitted)
                 stats.lock_attempts += len(batch)
                 stats.cache_hits += hits
@@ -187,43 +211,72 @@ class Selector:
 
             if fetches:
                 stalled = stalled + 1 if rnd.total == total_before_fetch else 0
-                if stalled > config.max_retries:
-                    if supply is None:
-                        supply = store.supply(rnd.key, rnd.tx_id)
-                    self._raise_short(rnd, supply)
-                if stalled:
+                if stalled > allowed_stalls:
+                    if shortfall is None:
+                        shortfall = store.supply(rnd.key, rnd.tx_id)
+                    self._raise_short(rnd, shortfall)
+                if stalled and patient:
                     self._sleep(self._rng.uniform(*config.refetch_delay))
             total_before_fetch = rnd.total
             rnd.pending = None
-            result = store.fetch_and_lock(
-                rnd.key, rnd.tx_id, rnd.fence, rnd.quantity - rnd.total, config.fetch_limit
-            )
+            result = store.fetch_and_lock(rnd.claim(), self._fetch_limit(rnd.key))
             rnd.pending = []
             fetches += 1
             stats.fetches += 1
             # The prefix a fetch tried to lock counts as attempts, like a try_lock batch.
             stats.lock_attempts += len(result.granted) + result.conflicts
             stats.lock_conflicts += result.conflicts
-            supply = None
+            self._adopt(rnd, result.fence, result.record)
             self._accept(rnd, result.granted, result.expires_at, None)
-            spare = [c for c in result.spare if c.token_id not in rnd.ids]
-            # Stores already permute rows; shuffling again keeps replicas apart even if one
-            # does not.
-            self._rng.shuffle(spare)
-            self._cache.put(rnd.key, spare)
             if rnd.total >= rnd.quantity:
+                self._cache_spare(rnd, result.spare)
                 break
-            if spare:
-                continue
-            if result.exhausted:
-                supply = store.supply(rnd.key, rnd.tx_id)
-                if supply.unspent < rnd.quantity:
-                    raise InsufficientFunds(rnd.key, rnd.quantity, supply.available, stats=stats)
-                # Enough exists but others hold it; they may release it, so refetch.
+            shortfall = result.shortfall
+            if shortfall is not None:
+                # The free tokens cannot make up what is missing, so nothing was locked (and
+                # what was seen is not worth locking now).
+                if shortfall.unspent < rnd.quantity:
+                    raise InsufficientFunds(
+                        rnd.key, rnd.quantity, shortfall.available, stats=stats
+                    )
+                if not patient:
+                    self._raise_short(rnd, shortfall)
+                continue  # others hold enough: wait for them to spend or release
+            self._cache_spare(rnd, result.spare)
+
+    def _cache_spare(self, rnd: Round, spare: Iterable[Candidate]) -> None:
+        """Queue what a fetch saw but did not lock, for this and later selections."""
+        spare = [c for c in spare if c.token_id not in rnd.ids]
+        # Stores already permute rows; shuffling again keeps replicas apart even if one
+        # does not.
+        self._rng.shuffle(spare)
+        self._cache.put(rnd.key, spare)
+
+    def _fetch_limit(self, key: WalletKey) -> int:
+        """Return how many rows to fetch for `key`: a full batch only where demand repeats."""
+        config = self._config
+        now = self._clock()
+        with self._fetched_lock:
+            last = self._fetched.pop(key, None)
+            self._fetched[key] = now
+            if len(self._fetched) > config.cache_max_wallets:
+                self._fetched.popitem(last=False)
+        warm = last is not None and now - last < self._cache.ttl
+        return config.fetch_limit if warm else min(config.cold_fetch_limit, config.fetch_limit)
+
+    @staticmethod
+    def _adopt(rnd: Round, fence: int | None, record: object | None) -> None:
+        """Take the fence a store call drew (or confirmed) and what it recorded."""
+        if fence is not None:
+            if rnd.fence is not None and fence != rnd.fence:
+                raise RuntimeError(f"store answered fence {fence} for fence {rnd.fence}")
+            rnd.fence = fence
+        if record is not None:
+            rnd.record = record
 
     def _accept(
         self,
-        rnd: _Round,
+        rnd: Round,
         granted: Iterable[Candidate],
         expires_at: object | None,
         submitted: set[int] | None,
@@ -249,7 +302,7 @@ class Selector:
             self._cache.hold(new, until, owner=(rnd.tx_id, rnd.fence))
         return hits
 
-    def _raise_short(self, rnd: _Round, supply: Supply) -> None:
+    def _raise_short(self, rnd: Round, supply: Supply) -> None:
         """Raise InsufficientFunds if the supply is short, else FundsLocked."""
         if supply.unspent < rnd.quantity:
             raise InsufficientFunds(rnd.key, rnd.quantity, supply.available, stats=rnd.stats)
@@ -261,15 +314,20 @@ class Selector:
             stats=rnd.stats,
         )
 
-    def _abort(self, rnd: _Round, exc: BaseException) -> None:
+    def _abort(self, rnd: Round, exc: BaseException) -> None:
         """Release the locks of an aborted round, keeping `exc` as the error to report."""
         known = list(rnd.ids)
+        if isinstance(exc, ClaimRefused):
+            if exc.locked_nothing:
+                rnd.pending = []  # the refusing call took nothing
+            if rnd.fence is None:
+                rnd.fence = exc.fence
         if rnd.pending is None:
             ids: list[int] | None = None  # a fetch failed mid-way: release the whole fence
         else:
             ids = sorted(set(known).union(rnd.pending))
         try:
-            if ids is None or ids:
+            if rnd.fence is not None and (ids is None or ids):
                 self._store.unlock(rnd.tx_id, rnd.fence, ids)
         except Exception as unlock_exc:
             # The original failure is what the caller must see; the locks expire with
@@ -286,20 +344,3 @@ class Selector:
         finally:
             # Only ids we recorded were held by us; others may be held by another selection.
             self._cache.unhold(known)
-
-
-def _validate(
-    tx_id: object, wallet: object, currency: object, quantity: object, fence: object
-) -> WalletKey:
-    """Check selection arguments and return the wallet key."""
-    for name, value in (("tx_id", tx_id), ("wallet", wallet), ("currency", currency)):
-        if not isinstance(value, str) or not value.strip():
-            raise InvalidRequest(f"{name} must be a non-empty string, got {value!r}")
-    if type(quantity) is not int:
-        raise InvalidRequest(f"quantity must be an int, got {type(quantity).__name__}")
-    if not 0 < quantity <= MAX_QUANTITY:
-        raise InvalidRequest(f"quantity must be in [1, 2**64-1], got {quantity}")
-    if fence is not None and (type(fence) is not int or fence < 0):
-        raise InvalidRequest(f"fence must be a non-negative int, got {fence!r}")
-    assert isinstance(wallet, str) and isinstance(currency, str)
-    return WalletKey(wallet, currency)

@@ -38,26 +38,36 @@ class Candidate:
 
 
 @dataclass(frozen=True, slots=True)
-class LockOutcome:
-    """Report which submitted candidates a store locked, and until when."""
+class Claim:
+    """A selection in progress, as one locking call sees it.
 
-    granted: list[Candidate] = field(default_factory=list)
-    # Lease expiry as the store reports it (datetime, float, ...); None if nothing granted.
-    expires_at: object | None = None
+    The store locks for `tx_id` under `fence`; with `fence` None the call draws the
+    selection's fence itself (in the same round trip) and reports it. `held` are the tokens
+    earlier calls of this selection locked. With `record` the store also records the
+    selection, in the call that completes `quantity` (so it knows the whole selection from
+    `held`), and refuses a transaction id that already has one in `namespace`
+    (ClaimRefused): transaction ids are unique per namespace, i.e. per client.
+    """
 
+    tx_id: str
+    key: WalletKey
+    quantity: int
+    fence: int | None = None
+    held: tuple[Candidate, ...] = ()
+    # Earliest lease expiry among `held`, as the store reported it.
+    held_expiry: object | None = None
+    record: bool = False
+    namespace: str = ""
 
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    """Report what one fetch-and-lock call locked and which other free tokens it saw."""
+    @property
+    def held_total(self) -> int:
+        """Return the quantity already locked by this selection."""
+        return sum(c.quantity for c in self.held)
 
-    granted: list[Candidate] = field(default_factory=list)
-    # Unlocked candidates seen but not locked; they feed the cache.
-    spare: list[Candidate] = field(default_factory=list)
-    # True when the store returned every free token it could see (fewer rows than the limit).
-    exhausted: bool = False
-    expires_at: object | None = None
-    # Rows the store tried to lock but lost to a concurrent selection after its snapshot.
-    conflicts: int = 0
+    @property
+    def need(self) -> int:
+        """Return the quantity still to lock."""
+        return max(0, self.quantity - self.held_total)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +82,38 @@ class Supply:
     def available(self) -> int:
         """Return the unspent quantity not held by other spenders."""
         return max(0, self.unspent - self.locked_by_others)
+
+
+@dataclass(frozen=True, slots=True)
+class LockOutcome:
+    """Report which submitted candidates a store locked, and until when."""
+
+    granted: list[Candidate] = field(default_factory=list)
+    # Lease expiry as the store reports it (datetime, float, ...); None if nothing granted.
+    expires_at: object | None = None
+    # The selection's fence: the claim's, or the one the call drew.
+    fence: int | None = None
+    # What the store recorded when this call completed a recording claim; else None.
+    record: object | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """Report what one fetch-and-lock call locked and which other free tokens it saw."""
+
+    granted: list[Candidate] = field(default_factory=list)
+    # Unlocked candidates seen but not locked; they feed the cache.
+    spare: list[Candidate] = field(default_factory=list)
+    # True when the store returned every free token it could see (fewer rows than the limit).
+    exhausted: bool = False
+    expires_at: object | None = None
+    # Rows the store tried to lock but lost to a concurrent selection after its snapshot.
+    conflicts: int = 0
+    fence: int | None = None
+    # Set when the free tokens cannot make up the claim's need, in which case nothing was
+    # locked: the wallet's totals, to tell insufficient funds from funds held by others.
+    shortfall: Supply | None = None
+    record: object | None = None
 
 
 @dataclass(slots=True)
@@ -102,6 +144,8 @@ class Selection:
     total: int
     expires_at: object | None
     stats: SelectionStats
+    # What the store recorded for this selection (see Claim.record); else None.
+    record: object | None = None
 
     @property
     def token_ids(self) -> tuple[int, ...]:

@@ -12,6 +12,7 @@ from django.db.models.functions import Now
 MAX_QUANTITY = Decimal(2**64 - 1)
 ID_MAX_LENGTH = 128
 CURRENCY_MAX_LENGTH = 32
+NAMESPACE_MAX_LENGTH = 64
 
 
 class TokenQuerySet(models.QuerySet):
@@ -26,8 +27,14 @@ class TokenQuerySet(models.QuerySet):
 
 
 class Token(models.Model):
-    """An output of transaction ``tx_id`` at ``index``; spent once ``spent_by`` is set."""
+    """An output of transaction ``tx_id`` at ``index``; spent once ``spent_by`` is set.
 
+    Transaction ids belong to a ``namespace``, the API client that issued the token or whose
+    spend created it (see ``clients.ApiKey.namespace``), so one client can neither probe nor
+    squat another's transaction ids. Operators' tools use the empty namespace.
+    """
+
+    namespace = models.CharField(max_length=NAMESPACE_MAX_LENGTH, db_default="", blank=True)
     tx_id = models.CharField(max_length=ID_MAX_LENGTH)
     index = models.PositiveIntegerField()
     wallet = models.CharField(max_length=ID_MAX_LENGTH)
@@ -47,7 +54,8 @@ class Token(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["tx_id", "index"], name="token_identity_unique"),
+            models.UniqueConstraint(fields=["namespace", "tx_id", "index"],
+                                    name="token_identity_unique"),
             models.CheckConstraint(
                 condition=Q(quantity__gte=0) & Q(quantity__lte=MAX_QUANTITY),
                 name="token_quantity_range",

@@ -14,6 +14,17 @@ from sherdlock import SherdlockError
 from tokens.models import Token
 
 
+class TxIdInUse(SherdlockError):
+    """The transaction id names a selection: its spend's outputs will be its tokens."""
+
+    code = "tx_id_conflict"
+
+    def __init__(self, tx_ids: Sequence[str]) -> None:
+        super().__init__(f"transaction id(s) {', '.join(sorted(tx_ids))} name selection(s); "
+                         "a spend creates those tokens")
+        self.tx_ids = list(tx_ids)
+
+
 class TokenConflict(SherdlockError):
     """A token with this identity already exists with different content."""
 
@@ -40,31 +51,46 @@ class TokenSpec:
 
 
 ISSUE = """
-INSERT INTO tokens_token (tx_id, "index", wallet, currency, quantity)
-SELECT * FROM unnest(%s::varchar[], %s::integer[], %s::varchar[], %s::varchar[], %s::numeric[])
-ON CONFLICT (tx_id, "index") DO NOTHING
+INSERT INTO tokens_token (namespace, tx_id, "index", wallet, currency, quantity)
+SELECT %s, * FROM unnest(%s::varchar[], %s::integer[], %s::varchar[], %s::varchar[],
+                         %s::numeric[])
+ON CONFLICT (namespace, tx_id, "index") DO NOTHING
 RETURNING id
 """
 
+# Transaction ids of this batch that name selections of the namespace. (A selection made at
+# the same instant can slip past; its spend then records exactly the outputs it created, so
+# neither ever answers with the other's tokens.)
+SELECTION_TX_IDS = """
+SELECT tx_id FROM locks_selection WHERE namespace = %s AND tx_id = ANY(%s::varchar[])
+"""
 
-def issue_tokens(specs: Sequence[TokenSpec]) -> tuple[list[Token], int]:
+
+def issue_tokens(specs: Sequence[TokenSpec], namespace: str = "") -> tuple[list[Token], int]:
     """Create the tokens in one transaction; identical re-sends are no-ops.
 
     Return the stored tokens, in request order, and how many were new. Raise TokenConflict,
-    writing nothing, when an identity is taken by a token with different content.
+    writing nothing, when an identity is taken by a token with different content, and
+    TxIdInUse when a transaction id names a selection of ``namespace`` (its spend creates the
+    tokens of that id).
     """
     if not specs:
         return [], 0
     with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(SELECTION_TX_IDS, [namespace, sorted({s.tx_id for s in specs})])
+        if taken := [row[0] for row in cursor.fetchall()]:
+            raise TxIdInUse(taken)
         cursor.execute(ISSUE, [
-            [s.tx_id for s in specs], [s.index for s in specs], [s.wallet for s in specs],
-            [s.currency for s in specs], [Decimal(s.quantity) for s in specs],
+            namespace, [s.tx_id for s in specs], [s.index for s in specs],
+            [s.wallet for s in specs], [s.currency for s in specs],
+            [Decimal(s.quantity) for s in specs],
         ])
         new = len(cursor.fetchall())
         identity = Q()
         for spec in specs:
             identity |= Q(tx_id=spec.tx_id, index=spec.index)
-        stored = {(t.tx_id, t.index): t for t in Token.objects.filter(identity)}
+        stored = {(t.tx_id, t.index): t
+                  for t in Token.objects.filter(identity, namespace=namespace)}
         tokens = []
         for spec in specs:
             token = stored[(spec.tx_id, spec.index)]

@@ -9,7 +9,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from clients.permissions import ISSUE, check_wallets, scope_queryset
+from clients.permissions import ISSUE, check_wallets, request_namespace, scope_queryset
 from config.exceptions import error_responses
 from tokens.filters import TokenFilter
 from tokens.models import CURRENCY_MAX_LENGTH, Token
@@ -66,7 +66,7 @@ class TokenListCreate(generics.ListAPIView):
         serializer.is_valid(raise_exception=True)
         specs = serializer.specs()
         check_wallets(request, {spec.wallet for spec in specs})
-        tokens, created = issue_tokens(specs)
+        tokens, created = issue_tokens(specs, namespace=request_namespace(request) or "")
         body = IssueResultSerializer({"created": created, "tokens": tokens}).data
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from bench.strategies.base import Picked
 from locks import replica
 from locks.store import PostgresTokenStore
-from sherdlock import Candidate, FetchResult, LockOutcome, WalletKey
+from sherdlock import Candidate, Claim, FetchResult, LockOutcome, WalletKey
 
 LISTENER_TIMEOUT = 10.0
 
@@ -26,15 +26,14 @@ class CountingStore(PostgresTokenStore):
         self.lock_attempts = 0
         CountingStore.latest = self
 
-    def fetch_and_lock(self, key: WalletKey, tx_id: str, fence: int, need: int,
-                       limit: int) -> FetchResult:
-        result = super().fetch_and_lock(key, tx_id, fence, need, limit)
+    def fetch_and_lock(self, claim: Claim, limit: int) -> FetchResult:
+        result = super().fetch_and_lock(claim, limit)
         self.lock_attempts += len(result.granted) + result.conflicts
         return result
 
-    def try_lock(self, tx_id: str, fence: int, candidates: Sequence[Candidate]) -> LockOutcome:
+    def try_lock(self, claim: Claim, candidates: Sequence[Candidate]) -> LockOutcome:
         self.lock_attempts += len(candidates)
-        return super().try_lock(tx_id, fence, candidates)
+        return super().try_lock(claim, candidates)
 
 
 class Ours:

@@ -59,7 +59,8 @@ def run(args: argparse.Namespace, rng: random.Random, out) -> None:
         quantity = rng.randint(args.min_quantity, args.max_quantity)
         record: dict[str, object] = {"tx_id": tx_id, "wallet": wallet, "quantity": quantity}
         try:
-            selection, _ = services.select_tokens(tx_id, wallet, args.currency, quantity)
+            selection = select_as_a_client(services, tx_id, wallet, args.currency, quantity,
+                                           rng, record)
         except InsufficientFunds as exc:
             record.update(outcome="insufficient_funds", available=exc.available)
         except FundsLocked as exc:
@@ -84,6 +85,23 @@ def run(args: argparse.Namespace, rng: random.Random, out) -> None:
                 services.release_selection(tx_id)
                 record["action"] = "released"
         out.write(json.dumps(record) + "\n")
+
+
+def select_as_a_client(services, tx_id, wallet, currency, quantity, rng, record,
+                       attempts: int = 60):
+    """Select as an API client does: retry "funds locked" after its hint, with jitter."""
+    from sherdlock import FundsLocked
+
+    for attempt in range(attempts):
+        try:
+            selection, _ = services.select_tokens(tx_id, wallet, currency, quantity)
+            return selection
+        except FundsLocked as exc:
+            record["retries"] = attempt + 1
+            if attempt == attempts - 1:
+                raise
+            time.sleep(min(exc.retry_after, 0.05) * rng.uniform(0.5, 1.5))
+    raise AssertionError("unreachable")
 
 
 if __name__ == "__main__":

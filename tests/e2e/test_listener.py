@@ -20,7 +20,7 @@ import pytest
 from django.db import connection
 from prometheus_client import REGISTRY
 
-from locks import replica
+from locks import notifications, replica
 from locks.listener import CacheListener
 from sherdlock import TokenCache, WalletKey
 from tests.conftest import ROOT
@@ -37,7 +37,7 @@ import django
 django.setup()
 from django.db import transaction
 from django.utils import timezone
-from locks import replica
+from locks import notifications, replica
 from sherdlock import WalletKey
 from tokens.models import Token
 
@@ -118,12 +118,20 @@ class Worker:
             self.process.stderr.close()
 
 
+@pytest.fixture(autouse=True)
+def publishing(transactional_db):
+    """Install the publishing triggers, as migrate does where replicas listen."""
+    notifications.install()
+    yield
+    notifications.uninstall()
+
+
 @pytest.fixture
 def start_worker(subprocess_env):
     workers: list[Worker] = []
 
     def start(**env: str) -> Worker:
-        worker = Worker({**subprocess_env, **env})
+        worker = Worker({**subprocess_env, "SHERDLOCK_LISTEN": "1", **env})
         workers.append(worker)
         return worker
 
@@ -301,7 +309,7 @@ FORK = """
 import json, os, sys, time
 import django
 django.setup()
-from locks import replica
+from locks import notifications, replica
 from sherdlock import WalletKey
 from tokens.services import TokenSpec, issue_tokens
 
@@ -346,7 +354,8 @@ print(json.dumps({"first": first, "second": second, "before": before,
 def test_a_forked_worker_gets_its_own_listener_and_leaves_the_parents_alone(
         transactional_db, subprocess_env):
     make_tokens(2, wallet="f", quantity=1)
-    result = subprocess.run([sys.executable, "-c", FORK], cwd=ROOT, env=subprocess_env,
+    env = {**subprocess_env, "SHERDLOCK_LISTEN": "1"}
+    result = subprocess.run([sys.executable, "-c", FORK], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=WAIT * 4)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.splitlines()[-1])
@@ -370,10 +379,10 @@ def test_with_the_listener_off_the_selector_works_alone(transactional_db, settin
         replica.reset()
 
 
-def test_hot_wallet_replicas_without_listeners_never_double_spend(tmp_path, subprocess_env):
-    # test_contention runs the same with listeners on (the default).
+def test_hot_wallet_replicas_with_listeners_never_double_spend(tmp_path, subprocess_env):
+    # test_contention runs the same with listeners off (the default).
     make_tokens(200, wallet="hot", quantity=10)
-    env = {**subprocess_env, "SHERDLOCK_LISTEN": "0"}
+    env = {**subprocess_env, "SHERDLOCK_LISTEN": "1"}
     records = run_replicas(tmp_path, env, 8, wallets=["hot"], selections=12,
                            min_quantity=1, max_quantity=40)
     assert len(records) == 8 * 12
@@ -393,7 +402,8 @@ def test_loading_the_apps_starts_no_listener(subprocess_env):
         "print(replica.get_listener() is None,"
         " any(t.name == 'sherdlock-listener' for t in threading.enumerate()))\n"
     )
-    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=subprocess_env,
+    env = {**subprocess_env, "SHERDLOCK_LISTEN": "1"}  # even where replicas would listen
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=WAIT * 3)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines()[-1].split() == ["True", "False"]

@@ -282,9 +282,9 @@ def test_extend_renews_up_to_the_cap_then_the_lease_runs_out(lease):
     make_tokens(2, quantity=5)
     selection, _ = select_tokens("tx-a", "alice", "USD", 10)
     created = Selection.objects.get(pk=selection.pk).created_at
-    renewed = extend_selection("tx-a", seconds=20)
+    renewed = extend_selection("tx-a", seconds=20).selection
     assert renewed.expires_at < created + timedelta(seconds=45)
-    capped = extend_selection("tx-a", seconds=300)
+    capped = extend_selection("tx-a", seconds=300).selection
     assert capped.expires_at == created + timedelta(seconds=45)
     assert set(TokenLock.objects.values_list("expires_at", flat=True)) == {capped.expires_at}
     expire("tx-a")
@@ -325,9 +325,12 @@ def test_selections_whose_locks_were_removed_still_behave():
         spend_selection("tx-gone", outputs_for("tx-gone", 5))
     with pytest.raises(LeaseLost):
         extend_selection("tx-gone")
-    assert release_selection("tx-gone")[1] == 0
-    assert spend_selection("tx-spent", outputs) == (Selection.objects.get(tx_id="tx-spent"),
-                                                    False)  # a repeated spend still answers
+    assert release_selection("tx-gone").locks_removed == 0
+    repeat = spend_selection("tx-spent", outputs)  # a repeated spend still answers
+    assert (repeat.selection.pk, repeat.changed) == (
+        Selection.objects.get(tx_id="tx-spent").pk, False)
+    assert [(t.index, t.quantity) for t in repeat.outputs] == [(o.index, o.quantity)
+                                                                for o in outputs]
     with pytest.raises(AlreadySpent):
         release_selection("tx-spent")
 

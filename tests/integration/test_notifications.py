@@ -13,10 +13,11 @@ from django.db import connection, transaction
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
+from locks import notifications
 from locks.listener import CHANNEL, CacheListener
 from locks.models import TokenLock
 from locks.store import PostgresTokenStore
-from sherdlock import Candidate, TokenCache, WalletKey
+from sherdlock import Candidate, Claim, TokenCache, WalletKey
 from tests.factories import make_lock, make_token, make_tokens
 from tokens.models import Token
 from tokens.services import TokenSpec, issue_tokens
@@ -25,6 +26,21 @@ KEY = WalletKey("alice", "USD")
 SENTINEL = "sentinel"
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def publishing(transactional_db):
+    """Install the publishing triggers, as migrate does where replicas listen."""
+    notifications.install()
+    yield
+    notifications.uninstall()
+
+
+def test_triggers_follow_the_listen_setting(settings):
+    settings.SHERDLOCK = {**settings.SHERDLOCK, "LISTEN": False}
+    assert notifications.sync() is False and not notifications.installed()
+    settings.SHERDLOCK = {**settings.SHERDLOCK, "LISTEN": True}
+    assert notifications.sync() is True and notifications.installed()
 
 
 @pytest.fixture
@@ -125,11 +141,11 @@ def test_moving_or_unspending_a_token_leaves_one_key_and_enters_another(listen):
 def test_store_statements_publish_locks_and_releases(listen, store):
     tokens = make_tokens(6, quantity=10)
     listen()
-    fetched = store.fetch_and_lock(KEY, "tx-1", 1, need=20, limit=64)
+    fetched = store.fetch_and_lock(Claim("tx-1", KEY, 20, 1), 64)
     granted = sorted(c.token_id for c in fetched.granted)
     assert listen() == [{"event": "locked", "wallet": "alice", "currency": "USD", "ids": granted}]
 
-    tried = store.try_lock("tx-2", 2, fetched.spare[:2] + fetched.granted[:1])
+    tried = store.try_lock(Claim("tx-2", KEY, 1, 2), fetched.spare[:2] + fetched.granted[:1])
     assert len(tried.granted) == 2  # the one tx-1 holds is not granted, and not announced
     assert listen() == [{"event": "locked", "wallet": "alice", "currency": "USD",
                          "ids": sorted(c.token_id for c in tried.granted)}]
@@ -144,7 +160,7 @@ def test_statements_that_change_nothing_publish_nothing(listen, store):
     (token,) = make_tokens(1)
     make_lock(token, "other")
     listen()
-    assert store.try_lock("tx", 1, [Candidate(token.pk, 10)]).granted == []
+    assert store.try_lock(Claim("tx", KEY, 1, 1), [Candidate(token.pk, 10)]).granted == []
     assert store.unlock("nobody", 1) == 0
     Token.objects.filter(wallet="nobody").update(spent_by="x", spent_at=timezone.now())
     # Renewing a lease is no news: the holder did not change.
@@ -156,7 +172,8 @@ def test_taking_over_an_expired_lock_is_published_as_locked(listen, store):
     expired, free = make_tokens(2, quantity=3)
     make_lock(expired, "crashed", ttl=-10)
     listen()
-    outcome = store.try_lock("tx", 5, [Candidate(expired.pk, 3), Candidate(free.pk, 3)])
+    outcome = store.try_lock(Claim("tx", KEY, 1, 5),
+                             [Candidate(expired.pk, 3), Candidate(free.pk, 3)])
     assert len(outcome.granted) == 2
     # ON CONFLICT DO UPDATE fires the INSERT and the UPDATE statement triggers.
     received = listen()
@@ -278,7 +295,7 @@ def test_published_changes_update_only_queues_the_replica_has(listen, store, cac
 
     fresh = make_tokens(2, quantity=7)
     make_tokens(2, wallet="bob")
-    store.try_lock("tx", 1, [Candidate(mine[0].pk, 10)])
+    store.try_lock(Claim("tx", KEY, 1, 1), [Candidate(mine[0].pk, 10)])
     Token.objects.filter(pk=mine[1].pk).update(spent_by="tx-s", spent_at=timezone.now())
     store.unlock("tx", 1)
     for message in listen():

@@ -10,14 +10,18 @@ import psycopg
 import pytest
 from django.utils import timezone
 
-from locks import sql
 from locks.models import TokenLock
+from locks.sql import locking
 from locks.store import PostgresTokenStore
-from sherdlock import Candidate, WalletKey
+from sherdlock import Candidate, Claim, WalletKey
 from tests.factories import make_lock, make_token, make_tokens
 from tokens.models import Token
 
 KEY = WalletKey("alice", "USD")
+
+
+def claim(tx_id: str, fence: int | None, need: int = 1, key: WalletKey = KEY) -> Claim:
+    return Claim(tx_id, key, need, fence)
 
 
 @pytest.fixture
@@ -33,7 +37,7 @@ def candidates(tokens) -> list[Candidate]:
 class TestStatements:
     def test_fetch_and_lock_locks_a_prefix_covering_need_and_returns_the_rest(self, store):
         make_tokens(10, quantity=10)
-        result = store.fetch_and_lock(KEY, "tx-1", 7, need=25, limit=64)
+        result = store.fetch_and_lock(claim("tx-1", 7, 25), 64)
         assert [c.quantity for c in result.granted] == [10, 10, 10]
         assert len(result.spare) == 7 and result.exhausted and result.conflicts == 0
         locks = TokenLock.objects.all()
@@ -47,21 +51,31 @@ class TestStatements:
         Token.objects.filter(pk=tokens[1].pk).update(spent_by="tx-x", spent_at=timezone.now())
         make_tokens(3, wallet="bob")
         make_tokens(3, currency="EUR")
-        result = store.fetch_and_lock(KEY, "tx-1", 1, need=1000, limit=64)
+        result = store.fetch_and_lock(claim("tx-1", 1, 20), 64)
         assert {c.token_id for c in result.granted} == {tokens[2].pk, tokens[3].pk}
-        assert result.spare == []
+        assert result.spare == [] and result.shortfall is None
+
+    def test_fetch_locks_nothing_when_all_free_tokens_cannot_make_up_the_need(self, store):
+        tokens = make_tokens(6, quantity=5)
+        make_lock(tokens[0], "other")
+        for limit in (64, 2):  # the whole wallet in one batch, and a full but short batch
+            result = store.fetch_and_lock(claim("tx-1", 1, 26), limit)
+            assert result.granted == [] and result.conflicts == 0
+            assert (result.shortfall.unspent, result.shortfall.locked_by_others) == (30, 5)
+        assert store.fetch_and_lock(claim("tx-1", 1, 31), 64).shortfall.unspent == 30
+        assert list(TokenLock.objects.values_list("spender_tx_id", flat=True)) == ["other"]
 
     def test_fetch_takes_over_an_expired_lock_with_the_new_fence(self, store):
         token = make_token()
         make_lock(token, "crashed", fence=1, ttl=-10)
-        result = store.fetch_and_lock(KEY, "tx-2", 9, need=5, limit=8)
+        result = store.fetch_and_lock(claim("tx-2", 9, 5), 8)
         assert [c.token_id for c in result.granted] == [token.pk]
         lock = TokenLock.objects.get()
         assert (lock.spender_tx_id, lock.fence) == ("tx-2", 9) and not lock.is_expired
 
     def test_fetch_limit_bounds_rows_and_reports_not_exhausted(self, store):
         make_tokens(20, quantity=1)
-        result = store.fetch_and_lock(KEY, "tx", 1, need=1, limit=5)
+        result = store.fetch_and_lock(claim("tx", 1, 1), 5)
         assert len(result.granted) == 1 and len(result.spare) == 4
         assert not result.exhausted
 
@@ -69,13 +83,13 @@ class TestStatements:
         make_tokens(50, quantity=1)
         firsts = set()
         for i in range(30):
-            result = store.fetch_and_lock(KEY, f"tx-{i}", i + 1, need=1, limit=50)
+            result = store.fetch_and_lock(claim(f"tx-{i}", i + 1), 50)
             firsts.add(result.granted[0].token_id)
             store.unlock(f"tx-{i}", i + 1)
         assert len(firsts) > 5
 
     def test_fetch_from_an_empty_wallet_is_exhausted(self, store):
-        result = store.fetch_and_lock(KEY, "tx", 1, need=1, limit=5)
+        result = store.fetch_and_lock(claim("tx", 1, 1), 5)
         assert result.granted == [] and result.spare == [] and result.exhausted
 
     def test_try_lock_grants_only_free_unspent_tokens(self, store):
@@ -83,17 +97,17 @@ class TestStatements:
         make_lock(locked, "other")
         make_lock(expired, "gone", ttl=-5)
         Token.objects.filter(pk=spent.pk).update(spent_by="s", spent_at=timezone.now())
-        outcome = store.try_lock("tx", 3, candidates([free, locked, spent, expired]))
+        outcome = store.try_lock(claim("tx", 3), candidates([free, locked, spent, expired]))
         assert {c.token_id for c in outcome.granted} == {free.pk, expired.pk}
         assert TokenLock.objects.get(pk=locked.pk).spender_tx_id == "other"
 
     def test_try_lock_of_nothing_sends_nothing(self, store):
-        assert store.try_lock("tx", 1, []).granted == []
+        assert store.try_lock(claim("tx", 1), []).granted == []
         assert store.round_trips == 0
 
     def test_unlock_removes_only_this_selections_rows(self, store):
         a, b, c = make_tokens(3)
-        store.try_lock("tx", 1, candidates([a, b]))
+        store.try_lock(claim("tx", 1), candidates([a, b]))
         make_lock(c, "tx", fence=2)  # same tx id, newer grant
         assert store.unlock("tx", 1, [a.pk]) == 1
         assert store.unlock("tx", 1) == 1
@@ -108,15 +122,19 @@ class TestStatements:
         supply = store.supply(KEY, "me")
         assert (supply.unspent, supply.locked_by_others) == (15, 5)
 
-    def test_next_fence_strictly_increases(self, store):
-        fences = [store.next_fence() for _ in range(5)]
+    def test_a_claim_without_fence_draws_one_in_the_locking_statement(self, store):
+        tokens = make_tokens(5)
+        fences = [store.try_lock(claim("tx", None), candidates([t])).fence for t in tokens[:3]]
+        fences.append(store.fetch_and_lock(claim("tx", None), 4).fence)
         assert fences == sorted(set(fences))
+        assert store.round_trips == 4  # no statement of its own
+        assert store.fetch_and_lock(claim("tx", 777), 4).fence == 777
 
     def test_largest_quantities_stay_exact(self, store):
         big = 2**64 - 1
         make_token(quantity=big)
         make_token(quantity=big)
-        result = store.fetch_and_lock(KEY, "tx", 1, need=2 * big, limit=4)
+        result = store.fetch_and_lock(claim("tx", 1, 2 * big), 4)
         assert sum(c.quantity for c in result.granted) == 2 * big
         assert store.supply(KEY, "tx").unspent == 2 * big
 
@@ -135,6 +153,9 @@ def _wait_until_blocked(observer: psycopg.Connection, pid: int, timeout: float =
         time.sleep(0.01)
     raise AssertionError("the statement never blocked: the interleaving was not forced")
 
+
+FETCH = locking.LOCK_STATEMENTS[locking.LockStatement(fetch=True, record=False, durable=True)]
+TRY_LOCK = locking.LOCK_STATEMENTS[locking.LockStatement(fetch=False, record=False, durable=True)]
 
 # A stand-in for random() that waits at a gate: FETCH_AND_LOCK calls random() for its pivot
 # while executing, i.e. after the statement's snapshot is taken and before the candidate scan.
@@ -167,24 +188,25 @@ def test_lock_committed_after_the_candidate_snapshot_is_reported_not_locked(db_u
 
         def run_fetch() -> None:
             try:
-                result["rows"] = replica.execute(sql.FETCH_AND_LOCK, {
+                result["row"] = replica.execute(FETCH, {
                     "wallet": "alice", "currency": "USD", "tx_id": "tx-replica", "fence": 2,
-                    "need": 10, "limit": 8, "lease": 30.0}).fetchall()
+                    "need": 10, "limit": 8, "lease": 30.0}).fetchone()
             except Exception as exc:  # surfaced by the assertion below
                 result["error"] = exc
 
         worker = threading.Thread(target=run_fetch)
         worker.start()
         _wait_until_blocked(observer, replica.info.backend_pid)
-        granted = other.execute(sql.TRY_LOCK, {
-            "token_ids": [token.pk], "tx_id": "tx-other", "fence": 1, "lease": 30.0}).fetchall()
-        assert [row[0] for row in granted] == [token.pk]
+        granted = other.execute(TRY_LOCK, {
+            "token_ids": [token.pk], "tx_id": "tx-other", "fence": 1, "lease": 30.0,
+            "wallet": "alice", "currency": "USD"}).fetchone()
+        assert granted[1] == [token.pk]
         admin.execute("COMMIT")  # open the gate
         worker.join(10)
         assert not worker.is_alive()
         assert "error" not in result, result.get("error")
-        (token_id, _quantity, attempted, was_granted, _expires), = result["rows"]
-        assert (token_id, attempted, was_granted) == (token.pk, True, False)
+        _fence, granted_ids, _quantities, _expires, attempted, *_ = result["row"]
+        assert (granted_ids, attempted) == (None, 1)  # chosen, then lost to the other
         lock = TokenLock.objects.get(pk=token.pk)
         assert (lock.spender_tx_id, lock.fence) == ("tx-other", 1)
     finally:
@@ -209,11 +231,11 @@ def test_stale_cache_cannot_lock_a_token_whose_spend_is_in_flight_or_committed(d
         # A spend that also removes the lock row: the insert must still refuse the token.
         spender.execute("DELETE FROM locks_tokenlock WHERE token_id = %s", (token.pk,))
         started = time.monotonic()
-        in_flight = store.try_lock("tx-stale", 5, cached)
+        in_flight = store.try_lock(claim("tx-stale", 5), cached)
         assert in_flight.granted == []
         assert time.monotonic() - started < 2  # skipped, not waited for
         spender.execute("COMMIT")
-        assert store.try_lock("tx-stale", 5, cached).granted == []
+        assert store.try_lock(claim("tx-stale", 5), cached).granted == []
         assert not TokenLock.objects.filter(pk=token.pk).exists()
     finally:
         spender.close()
@@ -225,8 +247,8 @@ def test_expired_lease_of_a_spent_token_is_never_taken_over(db_url):
     Token.objects.filter(pk=token.pk).update(
         spent_by="tx-spend", spent_at=timezone.now() - timedelta(seconds=1))
     store = PostgresTokenStore(lease=30)
-    assert store.try_lock("tx-late", 8, [Candidate(token.pk, 10)]).granted == []
-    assert store.fetch_and_lock(KEY, "tx-late", 8, need=10, limit=4).granted == []
+    assert store.try_lock(claim("tx-late", 8), [Candidate(token.pk, 10)]).granted == []
+    assert store.fetch_and_lock(claim("tx-late", 8, 10), 4).granted == []
     assert TokenLock.objects.get(pk=token.pk).spender_tx_id == "tx-spend"
 
 
@@ -237,9 +259,9 @@ def test_concurrent_fetches_skip_each_others_rows_instead_of_waiting(db_url):
         holder.execute("BEGIN")
         held = [row[0] for row in holder.execute(
             "SELECT id FROM tokens_token ORDER BY id LIMIT 3 FOR UPDATE").fetchall()]
-        result = PostgresTokenStore(lease=30).fetch_and_lock(KEY, "tx", 1, need=100, limit=10)
+        result = PostgresTokenStore(lease=30).fetch_and_lock(claim("tx", 1, 6), 10)
         assert {c.token_id for c in result.granted}.isdisjoint(held)
-        assert len(result.granted) == 3
+        assert len(result.granted) == 3 and result.conflicts == 3
     finally:
         holder.execute("ROLLBACK")
         holder.close()

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from sherdlock import (
     Candidate,
+    Claim,
     InMemoryStore,
     LockOutcome,
     Selection,
@@ -23,12 +24,17 @@ class SpyStore:
         self.inner = inner
         self.submitted: list[int] = []
 
-    def try_lock(self, tx_id: str, fence: int, candidates: Sequence[Candidate]) -> LockOutcome:
+    def try_lock(self, claim: Claim, candidates: Sequence[Candidate]) -> LockOutcome:
         self.submitted.extend(c.token_id for c in candidates)
-        return self.inner.try_lock(tx_id, fence, candidates)
+        return self.inner.try_lock(claim, candidates)
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
+
+
+def hold(store: InMemoryStore, tx_id: str, fence: int, key: WalletKey, *ids: int) -> None:
+    """Lock tokens for another transaction, as a competing replica would."""
+    store.try_lock(Claim(tx_id, key, 1, fence), [Candidate(i, 1) for i in ids])
 
 
 def make_selector(store, clock, sleeper, seed: int = 1, **config) -> Selector:

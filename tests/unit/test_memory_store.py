@@ -6,7 +6,13 @@ import random
 
 import pytest
 
-from sherdlock import Candidate, InMemoryStore, Supply, TokenStore, WalletKey
+from sherdlock import Candidate, Claim, ClaimRefused, InMemoryStore, Supply, TokenStore, WalletKey
+
+KEY = WalletKey("alice", "USD")
+
+
+def claim(tx_id: str, fence: int | None, quantity: int = 1, key: WalletKey = KEY) -> Claim:
+    return Claim(tx_id, key, quantity, fence)
 
 
 @pytest.fixture
@@ -21,9 +27,10 @@ def test_is_a_token_store(store):
     assert isinstance(store, TokenStore)
 
 
-def test_fences_strictly_increase(store):
-    fences = [store.next_fence() for _ in range(5)]
+def test_a_claim_without_fence_draws_a_strictly_increasing_one(funded):
+    fences = [funded.try_lock(claim("tx", None), [Candidate(i, i)]).fence for i in range(1, 6)]
     assert fences == sorted(set(fences))
+    assert funded.try_lock(claim("tx", 99), [Candidate(6, 6)]).fence == 99
 
 
 def test_add_token_validates(store):
@@ -37,7 +44,7 @@ def test_add_token_validates(store):
 
 
 def test_fetch_locks_prefix_reaching_need_and_returns_spare(funded, key, clock):
-    result = funded.fetch_and_lock(key, "tx", 1, need=12, limit=6)
+    result = funded.fetch_and_lock(claim("tx", 1, 12, key), 6)
 
     rows = result.granted + result.spare
     assert len(rows) == 6 and not result.exhausted
@@ -49,60 +56,89 @@ def test_fetch_locks_prefix_reaching_need_and_returns_spare(funded, key, clock):
 
 
 def test_fetch_reports_exhaustion_and_skips_locked(funded, key):
-    funded.try_lock("other", 1, [Candidate(1, 1), Candidate(2, 2)])
+    funded.try_lock(claim("other", 1), [Candidate(1, 1), Candidate(2, 2)])
 
-    result = funded.fetch_and_lock(key, "tx", 2, need=1000, limit=64)
+    result = funded.fetch_and_lock(claim("tx", 2, 52, key), 64)
 
-    assert result.exhausted and result.spare == []
+    assert result.exhausted and result.spare == [] and result.shortfall is None
     assert {c.token_id for c in result.granted} == set(range(3, 11))
+
+
+def test_fetch_locks_nothing_when_the_free_tokens_cannot_make_up_the_need(funded, key):
+    funded.try_lock(claim("other", 1), [Candidate(1, 1), Candidate(2, 2)])
+
+    short = funded.fetch_and_lock(claim("tx", 2, 53, key), 64)
+    over = funded.fetch_and_lock(claim("tx", 2, 56, key), 4)  # a full batch, still short
+
+    for result in (short, over):
+        assert result.granted == [] and result.shortfall == Supply(55, 3)
+    assert set(funded.locks()) == {1, 2}
+
+
+def test_recording_claims_are_recorded_by_the_completing_call_and_refused_once_taken(
+    key, clock
+):
+    store = InMemoryStore(clock=clock, rng=random.Random(3))
+    for token_id in range(1, 5):
+        store.add_token(token_id, key.wallet, key.currency, 10)
+
+    first = store.try_lock(Claim("tx", key, 15, None, record=True), [Candidate(1, 10)])
+    assert first.record is None  # 10 of 15: not complete
+    second = store.try_lock(
+        Claim("tx", key, 15, first.fence, held=(Candidate(1, 10),), record=True),
+        [Candidate(2, 10)])
+
+    assert second.record == {"tx_id": "tx", "fence": first.fence, "token_ids": [1, 2]}
+    with pytest.raises(ClaimRefused):
+        store.try_lock(Claim("tx", key, 1, None, record=True), [Candidate(3, 10)])
+    store.try_lock(claim("tx", 5), [Candidate(4, 10)])  # not recording: not refused
+    assert set(store.locks()) == {1, 2, 4}
 
 
 def test_fetch_order_is_a_fresh_permutation(funded, key):
     orders = {
-        tuple(c.token_id for c in funded.fetch_and_lock(key, "tx", 1, 0, 10).spare)
+        tuple(c.token_id for c in funded.fetch_and_lock(claim("tx", 1, 0, key), 10).spare)
         for _ in range(5)
     }
     assert len(orders) > 1
 
 
 def test_fetch_with_no_need_locks_nothing(funded, key):
-    result = funded.fetch_and_lock(key, "tx", 1, need=0, limit=3)
+    result = funded.fetch_and_lock(claim("tx", 1, 0, key), 3)
     assert result.granted == [] and result.expires_at is None and len(result.spare) == 3
 
 
 def test_try_lock_grants_only_free_unspent_tokens(funded, key):
-    funded.try_lock("other", 1, [Candidate(1, 1)])
+    funded.try_lock(claim("other", 1), [Candidate(1, 1)])
     funded.spend([2], "spender")
 
-    outcome = funded.try_lock(
-        "tx",
-        2,
+    outcome = funded.try_lock(claim("tx", 2),
         [Candidate(1, 1), Candidate(2, 2), Candidate(3, 3), Candidate(3, 3), Candidate(999, 1)],
     )
 
     assert outcome.granted == [Candidate(3, 3)]
     assert funded.locks()[3][:2] == ("tx", 2)
-    assert funded.try_lock("tx", 2, [Candidate(3, 3)]).granted == []  # already live-locked
+    assert funded.try_lock(claim("tx", 2), [Candidate(3, 3)]).granted == []  # already live-locked
 
 
 def test_try_lock_reports_store_quantity(funded):
-    assert funded.try_lock("tx", 1, [Candidate(4, 999)]).granted == [Candidate(4, 4)]
+    assert funded.try_lock(claim("tx", 1), [Candidate(4, 999)]).granted == [Candidate(4, 4)]
 
 
 def test_expired_lock_can_be_taken_over(funded, key, clock):
-    funded.try_lock("old", 1, [Candidate(1, 1)])
+    funded.try_lock(claim("old", 1), [Candidate(1, 1)])
     clock.advance(funded.lease)
 
     assert funded.supply(key, "tx").locked_by_others == 0
-    assert funded.try_lock("tx", 2, [Candidate(1, 1)]).granted == [Candidate(1, 1)]
+    assert funded.try_lock(claim("tx", 2), [Candidate(1, 1)]).granted == [Candidate(1, 1)]
     assert funded.locks()[1][:2] == ("tx", 2)
     assert funded.unlock("old", 1) == 0  # the late unlock of the old owner is harmless
     assert 1 in funded.locks()
 
 
 def test_unlock_touches_only_the_given_fence(funded):
-    funded.try_lock("tx", 1, [Candidate(1, 1), Candidate(2, 2)])
-    funded.try_lock("tx", 2, [Candidate(3, 3)])
+    funded.try_lock(claim("tx", 1), [Candidate(1, 1), Candidate(2, 2)])
+    funded.try_lock(claim("tx", 2), [Candidate(3, 3)])
 
     assert funded.unlock("tx", 1, [3]) == 0
     assert funded.unlock("tx", 1, [1]) == 1
@@ -111,8 +147,8 @@ def test_unlock_touches_only_the_given_fence(funded):
 
 
 def test_supply_splits_others_locks(funded, key):
-    funded.try_lock("other", 1, [Candidate(10, 10)])
-    funded.try_lock("tx", 2, [Candidate(9, 9)])
+    funded.try_lock(claim("other", 1), [Candidate(10, 10)])
+    funded.try_lock(claim("tx", 2), [Candidate(9, 9)])
     funded.spend([1], "x")
 
     assert funded.supply(key, "tx") == Supply(unspent=54, locked_by_others=10)
@@ -122,8 +158,8 @@ def test_supply_splits_others_locks(funded, key):
 
 
 def test_spend_keeps_lock_rows_and_refuses_double_spends(funded):
-    funded.try_lock("tx", 1, [Candidate(1, 1)])
-    funded.try_lock("other", 2, [Candidate(2, 2)])
+    funded.try_lock(claim("tx", 1), [Candidate(1, 1)])
+    funded.try_lock(claim("other", 2), [Candidate(2, 2)])
 
     funded.spend([1, 3], "tx")
 
@@ -136,8 +172,8 @@ def test_spend_keeps_lock_rows_and_refuses_double_spends(funded):
 
 
 def test_purge_and_renew(funded, clock):
-    funded.try_lock("tx", 1, [Candidate(1, 1)])
-    funded.try_lock("tx", 2, [Candidate(2, 2)])
+    funded.try_lock(claim("tx", 1), [Candidate(1, 1)])
+    funded.try_lock(claim("tx", 2), [Candidate(2, 2)])
     clock.advance(30)
     assert funded.renew("tx", 1) == 1
     clock.advance(30)
@@ -161,7 +197,7 @@ def test_fail_next_strikes_once_after_skips(funded, key):
 def test_fail_after_commit_applies_the_call(funded, key):
     funded.fail_next("try_lock", ConnectionError(), after_commit=True)
     with pytest.raises(ConnectionError):
-        funded.try_lock("tx", 1, [Candidate(1, 1)])
+        funded.try_lock(claim("tx", 1), [Candidate(1, 1)])
     assert 1 in funded.locks()
 
 
@@ -174,7 +210,7 @@ def test_validates_arguments(store, key):
     with pytest.raises(ValueError):
         InMemoryStore(lease=0)
     with pytest.raises(ValueError):
-        store.fetch_and_lock(key, "tx", 1, 1, 0)
+        store.fetch_and_lock(claim("tx", 1, 1, key), 0)
 
 
 def test_same_seed_same_permutation(key, clock):
@@ -182,6 +218,6 @@ def test_same_seed_same_permutation(key, clock):
         store = InMemoryStore(clock=clock, rng=random.Random(5))
         for token_id in range(20):
             store.add_token(token_id, key.wallet, key.currency, 1)
-        return [c.token_id for c in store.fetch_and_lock(key, "tx", 1, 0, 20).spare]
+        return [c.token_id for c in store.fetch_and_lock(claim("tx", 1, 0, key), 20).spare]
 
     assert first_fetch() == first_fetch()

@@ -11,6 +11,7 @@ import pytest
 from sherdlock import (
     BackoffPolicy,
     Candidate,
+    Claim,
     FetchResult,
     FundsLocked,
     InMemoryStore,
@@ -20,7 +21,7 @@ from sherdlock import (
     Selector,
     SelectorConfig,
 )
-from tests.unit.selector_helpers import assert_owns, issue, locks_of, make_selector
+from tests.unit.selector_helpers import assert_owns, hold, issue, locks_of, make_selector
 
 
 def test_select_locks_tokens_reaching_quantity(store, clock, sleeper, key):
@@ -47,7 +48,8 @@ def test_select_draws_fence_from_store_unless_given(store, clock, sleeper, key):
     drawn = selector.select("tx-1", key.wallet, key.currency, 1)
     given = selector.select("tx-2", key.wallet, key.currency, 1, fence=99)
 
-    assert drawn.fence == 1 and store.calls["next_fence"] == 1
+    # Drawn by the locking call itself: no round trip of its own.
+    assert drawn.fence == 1 and set(store.calls) == {"fetch_and_lock", "try_lock"}
     assert given.fence == 99
     assert store.locks()[given.token_ids[0]][1] == 99
 
@@ -86,7 +88,7 @@ def test_largest_quantity_is_accepted(store, clock, sleeper, key):
 
 def test_insufficient_funds_reports_what_others_do_not_hold(store, clock, sleeper, key):
     issue(store, key, [3, 3, 4])
-    store.try_lock("other", 1, [Candidate(3, 4)])
+    hold(store, "other", 1, key, 3)
     selector = make_selector(store, clock, sleeper)
 
     with pytest.raises(InsufficientFunds) as caught:
@@ -126,26 +128,29 @@ def test_funds_locked_when_other_replica_never_releases(store, clock, sleeper, k
 
 
 class StagedStore:
-    """Make each transaction's first fetch lock one token, then wait for the other side.
+    """Make each transaction's first fetch lock a different one of two tokens, then wait.
 
-    This forces the seed's interleaving where each replica holds half of what both need.
+    This forces the seed's interleaving where each replica holds half of what both need,
+    as two fetches with the same snapshot do when SKIP LOCKED splits their picks.
     """
 
     def __init__(self, inner: InMemoryStore, parties: int) -> None:
         self.inner = inner
         self.barrier = threading.Barrier(parties)
-        self.staged: set[str] = set()
+        self.staged: dict[str, int] = {}
         self.lock = threading.Lock()
 
-    def fetch_and_lock(self, key, tx_id, fence, need, limit) -> FetchResult:
+    def fetch_and_lock(self, claim: Claim, limit: int) -> FetchResult:
         with self.lock:
-            first = tx_id not in self.staged
-            self.staged.add(tx_id)
+            first = claim.tx_id not in self.staged
+            if first:
+                self.staged[claim.tx_id] = token_id = len(self.staged) + 1
         if not first:
-            return self.inner.fetch_and_lock(key, tx_id, fence, need, limit)
-        result = self.inner.fetch_and_lock(key, tx_id, fence, need, 1)
+            return self.inner.fetch_and_lock(claim, limit)
+        outcome = self.inner.try_lock(claim, [Candidate(token_id, 3)])
         self.barrier.wait(timeout=5)
-        return result
+        return FetchResult(granted=outcome.granted, expires_at=outcome.expires_at,
+                           fence=outcome.fence)
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
@@ -187,7 +192,7 @@ def test_livelock_resolves_with_backoff(key, winner_action):
         thread.join(timeout=10)
     assert not any(t.is_alive() for t in threads)
     assert time.monotonic() - started < 5
-    assert staged.staged == {"tx-0", "tx-1"}  # the livelock really was staged
+    assert set(staged.staged) == {"tx-0", "tx-1"}  # the livelock really was staged
 
     winner = first_seen[0]
     loser = "tx-1" if winner == "tx-0" else "tx-0"
@@ -235,9 +240,24 @@ def test_try_lock_failure_after_commit_releases_in_flight_tokens(cached_selector
     store.fail_next("try_lock", ConnectionError("lost during commit"), after_commit=True)
 
     with pytest.raises(ConnectionError):
-        cached_selector.select("tx-1", key.wallet, key.currency, 3)
+        cached_selector.select("tx-1", key.wallet, key.currency, 3, fence=7)
 
     assert locks_of(store, "tx-1") == set()
+
+
+def test_locks_of_a_lost_call_that_drew_the_fence_expire_with_their_lease(
+    cached_selector, store, clock, key
+):
+    # The call committed, then its answer (and so the fence it drew) was lost: its rows
+    # cannot be named for an unlock, and nobody else's could be touched by trying.
+    store.fail_next("try_lock", ConnectionError("lost during commit"), after_commit=True)
+
+    with pytest.raises(ConnectionError):
+        cached_selector.select("tx-1", key.wallet, key.currency, 3)
+
+    assert locks_of(store, "tx-1")
+    clock.advance(store.lease)
+    assert not any(tx == "tx-1" for tx, _, _ in store.live_locks().values())
 
 
 @pytest.mark.parametrize("after_commit", [False, True])

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from sherdlock import (
     BackoffPolicy,
-    Candidate,
+    Claim,
     FetchResult,
     FundsLocked,
     InMemoryStore,
+    InsufficientFunds,
     InvalidRequest,
 )
-from tests.unit.selector_helpers import SpyStore, assert_owns, issue, locks_of, make_selector
+from tests.unit.selector_helpers import (
+    SpyStore,
+    assert_owns,
+    hold,
+    issue,
+    locks_of,
+    make_selector,
+)
 
 
 def test_held_tokens_are_never_submitted_again(store, clock, sleeper, key):
@@ -152,9 +162,9 @@ class ExpiryStore(SpyStore):
         super().__init__(inner)
         self.expiries = iter([50.0, 40.0, 45.0])
 
-    def fetch_and_lock(self, key, tx_id, fence, need, limit) -> FetchResult:
-        result = self.inner.fetch_and_lock(key, tx_id, fence, need, limit)
-        return FetchResult(result.granted, result.spare, result.exhausted, next(self.expiries))
+    def fetch_and_lock(self, claim: Claim, limit: int) -> FetchResult:
+        result = self.inner.fetch_and_lock(claim, limit)
+        return replace(result, expires_at=next(self.expiries))
 
 
 def test_expiry_is_the_earliest_reported(store, clock, sleeper, key):
@@ -168,7 +178,7 @@ def test_expiry_is_the_earliest_reported(store, clock, sleeper, key):
 
 def test_refetch_waits_only_without_progress(store, clock, sleeper, key):
     issue(store, key, [1, 1, 1])
-    store.try_lock("other", 1, [Candidate(3, 1)])
+    hold(store, "other", 1, key, 3)
     selector = make_selector(
         store, clock, sleeper, fetch_limit=1, max_retries=2, backoff=BackoffPolicy(attempts=0)
     )
@@ -176,18 +186,37 @@ def test_refetch_waits_only_without_progress(store, clock, sleeper, key):
     with pytest.raises(FundsLocked) as caught:
         selector.select("tx", key.wallet, key.currency, 3)
 
-    # Two productive fetches, one empty exhausted fetch, then two stalled refetches.
-    assert caught.value.stats.fetches == 5
+    # The free tokens (2) never make up 3: the first fetch and two refetches after a wait
+    # each lock nothing.
+    assert caught.value.stats.fetches == 3 and caught.value.stats.lock_attempts == 0
     assert len(sleeper.calls) == 2
     assert all(0.001 <= s <= 0.010 for s in sleeper.calls)
+
+
+def test_a_fetch_locks_batch_by_batch_only_what_can_make_up_the_quantity(
+    store, clock, sleeper, key
+):
+    issue(store, key, [1] * 6)
+    selector = make_selector(store, clock, sleeper, fetch_limit=2, cold_fetch_limit=2)
+
+    selection = selector.select("tx", key.wallet, key.currency, 5)
+
+    assert selection.total == 5 and selection.stats.fetches == 3
+    with pytest.raises(InsufficientFunds):
+        selector.select("tx-2", key.wallet, key.currency, 7)
+    with pytest.raises(FundsLocked) as caught:
+        selector.select("tx-3", key.wallet, key.currency, 2, patient=False)
+    assert caught.value.available == 1 and caught.value.stats.lock_attempts == 0
+    assert locks_of(store, "tx-2") == locks_of(store, "tx-3") == set()
+    assert sleeper.calls == []  # an impatient selection never sleeps
 
 
 class EchoStore(SpyStore):
     """Report every granted token twice, as a buggy store might."""
 
-    def fetch_and_lock(self, key, tx_id, fence, need, limit) -> FetchResult:
-        result = self.inner.fetch_and_lock(key, tx_id, fence, need, limit)
-        return FetchResult(result.granted * 2, result.spare, result.exhausted, result.expires_at)
+    def fetch_and_lock(self, claim: Claim, limit: int) -> FetchResult:
+        result = self.inner.fetch_and_lock(claim, limit)
+        return replace(result, granted=result.granted * 2)
 
 
 def test_token_reported_twice_is_counted_once(store, clock, sleeper, key):
@@ -207,15 +236,14 @@ class RacingStore(SpyStore):
         super().__init__(inner)
         self.raced = False
 
-    def fetch_and_lock(self, key, tx_id, fence, need, limit) -> FetchResult:
+    def fetch_and_lock(self, claim: Claim, limit: int) -> FetchResult:
         if not self.raced:
             self.raced = True
-            free = self.inner.fetch_and_lock(key, "racer", 1, 1, 1).granted
-            result = self.inner.fetch_and_lock(key, tx_id, fence, need, limit)
-            return FetchResult(
-                result.granted, result.spare, result.exhausted, result.expires_at, len(free)
-            )
-        return self.inner.fetch_and_lock(key, tx_id, fence, need, limit)
+            racer = Claim("racer", claim.key, 1, 1)
+            free = self.inner.fetch_and_lock(racer, 1).granted
+            result = self.inner.fetch_and_lock(claim, limit)
+            return replace(result, conflicts=len(free))
+        return self.inner.fetch_and_lock(claim, limit)
 
 
 def test_fetch_conflicts_are_counted(store, clock, sleeper, key):

@@ -137,7 +137,7 @@ def test_selecting_from_a_wallet_outside_the_scope_is_403(api):
 
 @pytest.fixture
 def carols_selection(make_key, client_for):
-    _, raw = make_key(wallets=["carol"], name="carol")
+    _, raw = make_key(wallets=["carol"], name="carol", namespace="carol-backend")
     carol = client_for(raw)
     issue(carol, token("c", 0, wallet="carol", quantity="10"))
     select(carol, "carol-tx", "10", wallet="carol")
@@ -179,11 +179,25 @@ def test_spend_outputs_may_pay_a_wallet_outside_the_scope(api):
 
 
 def test_an_all_wallets_key_may_use_any_wallet(make_key, client_for, carols_selection):
-    _, raw = make_key(wallets=[], all_wallets=True, name="ops")
+    _, raw = make_key(wallets=[], all_wallets=True, name="ops", namespace="carol-backend")
     ops = client_for(raw)
     assert ops.get("/api/v1/selections/carol-tx/").status_code == 200
     issue(ops, token("z", 0, wallet="zed"))
     assert {t["wallet"] for t in ops.get("/api/v1/tokens/").json()["results"]} == {"carol", "zed"}
+
+
+def test_transaction_ids_belong_to_the_client_that_uses_them(make_key, client_for,
+                                                             carols_selection):
+    # Another client sees carol's wallet (all wallets) but not her transaction ids: it can
+    # neither look hers up nor be kept from using the same id itself.
+    _, raw = make_key(wallets=[], all_wallets=True, name="other")
+    other = client_for(raw)
+    assert other.get("/api/v1/selections/carol-tx/").status_code == 404
+    assert [s["tx_id"] for s in other.get("/api/v1/selections/").json()["results"]] == [
+        "carol-tx"]
+    issue(other, token("o", 0, wallet="dan", quantity="5"))
+    assert select(other, "carol-tx", "5", wallet="dan").json()["wallet"] == "dan"
+    issue(other, token("c", 0, wallet="dan", quantity="1"))  # carol's token id, other's namespace
 
 
 @pytest.fixture

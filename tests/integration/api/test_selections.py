@@ -109,7 +109,7 @@ def test_list_filters_by_wallet_currency_and_status(api):
 
 
 def test_an_unknown_status_filter_is_refused(api):
-    response = api.get(f"{URL}?status=lost")
+    response = api.get(f"{URL}?status=bogus")
     assert response.status_code == 400
     assert "status" in response.json()["fields"]
 

@@ -101,8 +101,17 @@ def test_spend_after_release_is_not_locked(api, selected):
     assert response.json()["code"] == "not_locked"
 
 
+def test_tokens_cannot_be_issued_under_a_selections_transaction_id(api, selected):
+    response = issue(api, token("pay-1", 0, wallet="bob", quantity="1"), expect=409)
+    assert response.json()["code"] == "tx_id_conflict"
+
+
 def test_an_output_that_already_exists_is_an_output_conflict(api, selected):
-    issue(api, token("pay-1", 0, wallet="bob", quantity="1"))
+    # Only a race lets an issue slip under a selection's tx id (each refuses the other):
+    # stage its outcome directly.
+    selection = Selection.objects.get(tx_id="pay-1")
+    Token.objects.create(namespace=selection.namespace, tx_id="pay-1", index=0, wallet="bob",
+                         currency="USD", quantity=1)
     before = counts()
     response = spend(api, "pay-1", [output(0, "bob", "80")], expect=409)
     assert response.json()["code"] == "output_conflict"

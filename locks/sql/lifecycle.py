@@ -1,0 +1,193 @@
+"""Spend, release, extend and read a recorded selection: one statement each.
+
+Each statement finds the selection by (namespace, tx id) within the caller's wallets and takes
+its row FOR UPDATE first, so operations on one selection happen one after the other and a
+repeated request sees what the first one did (READ COMMITTED re-reads the row it waited for).
+Then, as everywhere (see ``locks.sql.locking``), token rows before lock rows, lock rows in
+token-id order. Every statement decides in SQL and returns a ``verdict`` the service maps to
+an answer; when the verdict is not "ok" nothing was written.
+
+Composed with ``str.format`` at import, like ``locking``.
+"""
+
+from __future__ import annotations
+
+from locks.sql.locking import ASYNC_COMMIT
+
+# The caller's selection, row-locked. A selection outside the key's wallets is not found.
+SELECTION = """
+sel AS MATERIALIZED (
+    SELECT s.id, s.tx_id, s.wallet, s.currency, s.quantity, s.total, s.fence, s.token_ids,
+           s.output_ids, s.status, s.created_at, s.expires_at, s.spent_at, s.released_at
+    FROM locks_selection s{after}
+    WHERE s.namespace = %(namespace)s::text AND s.tx_id = %(tx_id)s::text
+      AND (%(wallets)s::text[] IS NULL OR s.wallet = ANY(%(wallets)s::text[]))
+    FOR UPDATE OF s
+),"""
+
+# Columns every statement returns about the selection (NULLs when it was not found), then the
+# tokens it holds or held as JSON [[id, tx_id, index, quantity], ...] in id order.
+SELECTION_COLUMNS = """(SELECT id FROM sel) AS id, (SELECT wallet FROM sel) AS wallet,
+       (SELECT currency FROM sel) AS currency, (SELECT quantity FROM sel) AS quantity,
+       (SELECT total FROM sel) AS total, (SELECT fence FROM sel) AS fence,
+       (SELECT created_at FROM sel) AS created_at,
+       (SELECT json_agg(json_build_array(t.id, t.tx_id, t."index", t.quantity) ORDER BY t.id)
+        FROM tokens_token t WHERE t.id = ANY((SELECT token_ids FROM sel)::bigint[])) AS tokens"""
+
+# The outputs of a spend as JSON [[id, index, wallet, currency, quantity], ...] in output order.
+STORED_OUTPUTS = """(SELECT json_agg(json_build_array(t.id, t."index", t.wallet, t.currency,
+                                   t.quantity) ORDER BY o.n)
+        FROM unnest((SELECT output_ids FROM sel)) WITH ORDINALITY AS o(id, n)
+        JOIN tokens_token t ON t.id = o.id)"""
+
+# Mark the inputs spent and create the outputs, all or nothing, durably (a spend is never
+# committed asynchronously). The token rows are taken FOR UPDATE and re-checked unspent, then
+# every one must still be locked by this selection (tx id and fence) with its lease running;
+# the outputs must be in the selection's currency and sum to its total. An output identity that
+# exists already makes the INSERT, hence the whole statement, fail (output_conflict).
+SPEND = """
+WITH{selection}
+inputs AS MATERIALIZED (
+    SELECT t.id, t.quantity
+    FROM tokens_token t
+    WHERE t.id = ANY((SELECT token_ids FROM sel)::bigint[]) AND t.spent_at IS NULL
+      AND (SELECT status FROM sel) = 'locked'
+    ORDER BY t.id
+    FOR UPDATE OF t
+),
+held AS MATERIALIZED (
+    SELECT count(*) AS n
+    FROM inputs i JOIN locks_tokenlock l ON l.token_id = i.id
+    WHERE l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
+      AND l.expires_at > now()
+),
+asked AS MATERIALIZED (
+    SELECT o.n AS position, o.idx, o.wallet, o.currency, o.quantity
+    FROM unnest(%(indexes)s::int[], %(output_wallets)s::text[], %(currencies)s::text[],
+                %(quantities)s::numeric[]) WITH ORDINALITY AS o(idx, wallet, currency, quantity, n)
+),
+verdict AS MATERIALIZED (
+    SELECT CASE
+        WHEN NOT EXISTS (SELECT FROM sel) THEN 'not_found'
+        WHEN (SELECT status FROM sel) = 'spent' THEN 'spent'
+        WHEN (SELECT status FROM sel) = 'released' THEN 'released'
+        WHEN EXISTS (SELECT FROM asked WHERE currency <> (SELECT currency FROM sel))
+             OR (SELECT coalesce(sum(quantity), 0) FROM asked) <> (SELECT total FROM sel)
+            THEN 'not_conserved'
+        WHEN (SELECT status FROM sel) <> 'locked'
+             OR (SELECT n FROM held) <> cardinality((SELECT token_ids FROM sel))
+            THEN 'lease_lost'
+        ELSE 'ok'
+    END AS value
+),
+spent AS (
+    UPDATE tokens_token t SET spent_by = %(tx_id)s::text, spent_at = now()
+    FROM inputs i
+    WHERE t.id = i.id AND (SELECT value FROM verdict) = 'ok'
+    RETURNING t.id
+),
+created AS (
+    INSERT INTO tokens_token (namespace, tx_id, "index", wallet, currency, quantity)
+    SELECT %(namespace)s::text, %(tx_id)s::text, a.idx, a.wallet, a.currency, a.quantity
+    FROM asked a
+    WHERE (SELECT value FROM verdict) = 'ok'
+    ORDER BY a.position
+    RETURNING id, "index", wallet, currency, quantity
+),
+done AS (
+    UPDATE locks_selection s
+    SET status = 'spent', spent_at = now(),
+        output_ids = (SELECT array_agg(c.id ORDER BY a.position)
+                      FROM created c JOIN asked a ON a.idx = c."index")
+    WHERE s.id = (SELECT id FROM sel) AND (SELECT value FROM verdict) = 'ok'
+    RETURNING s.spent_at
+)
+SELECT (SELECT value FROM verdict) AS verdict,
+       {columns},
+       coalesce((SELECT spent_at FROM done), (SELECT spent_at FROM sel)) AS spent_at,
+       (SELECT count(*) FROM spent) AS inputs_spent,
+       CASE WHEN (SELECT value FROM verdict) = 'ok' THEN (
+           SELECT json_agg(json_build_array(c.id, c."index", c.wallet, c.currency, c.quantity)
+                           ORDER BY a.position)
+           FROM created c JOIN asked a ON a.idx = c."index")
+       ELSE {stored_outputs} END AS outputs
+""".format(selection=SELECTION.format(after=""), columns=SELECTION_COLUMNS,
+           stored_outputs=STORED_OUTPUTS)
+
+# Unlock the selection's tokens and record it released; repeating it changes nothing. Only
+# this selection's rows (tx id and fence) are deleted, in token-id order. A lease operation:
+# committed asynchronously like the grants.
+RELEASE = """
+WITH{commit}{selection}
+doomed AS (
+    SELECT l.token_id FROM locks_tokenlock l
+    WHERE l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
+      AND (SELECT status FROM sel) IN ('locked', 'expired', 'lost')
+    ORDER BY l.token_id
+    FOR UPDATE OF l
+),
+freed AS (
+    DELETE FROM locks_tokenlock WHERE token_id IN (SELECT token_id FROM doomed)
+    RETURNING token_id
+),
+done AS (
+    UPDATE locks_selection s SET status = 'released', released_at = now()
+    WHERE s.id = (SELECT id FROM sel) AND s.status IN ('locked', 'expired', 'lost')
+    RETURNING s.released_at
+)
+SELECT CASE WHEN NOT EXISTS (SELECT FROM sel) THEN 'not_found'
+            WHEN (SELECT status FROM sel) = 'spent' THEN 'spent'
+            ELSE 'ok' END AS verdict,
+       {columns},
+       coalesce((SELECT released_at FROM done), (SELECT released_at FROM sel)) AS released_at,
+       (SELECT expires_at FROM sel) AS expires_at,
+       (SELECT count(*) FROM freed) AS freed
+"""
+
+# Renew every lock of the selection, all or none: each must still be held (tx id, fence, lease
+# running). Lock rows are taken in token-id order, like a takeover takes them, so a renewal
+# racing a takeover cannot deadlock. Capped at the selection's maximum lifetime.
+EXTEND = """
+WITH{commit}{selection}
+live AS MATERIALIZED (
+    SELECT l.token_id FROM locks_tokenlock l
+    WHERE l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
+      AND l.expires_at > now() AND (SELECT status FROM sel) = 'locked'
+    ORDER BY l.token_id
+    FOR UPDATE OF l
+),
+renewed AS (
+    UPDATE locks_tokenlock l
+    SET expires_at = least(
+        now() + %(seconds)s::float8 * interval '1 second',
+        (SELECT created_at FROM sel) + %(max_lease)s::float8 * interval '1 second')
+    WHERE l.token_id IN (SELECT token_id FROM live)
+      AND (SELECT count(*) FROM live) = cardinality((SELECT token_ids FROM sel))
+    RETURNING l.expires_at
+),
+done AS (
+    UPDATE locks_selection s SET expires_at = (SELECT min(expires_at) FROM renewed)
+    WHERE s.id = (SELECT id FROM sel) AND EXISTS (SELECT FROM renewed)
+    RETURNING s.expires_at
+)
+SELECT CASE WHEN NOT EXISTS (SELECT FROM sel) THEN 'not_found'
+            WHEN (SELECT status FROM sel) = 'spent' THEN 'spent'
+            WHEN (SELECT status FROM sel) = 'released' THEN 'released'
+            WHEN NOT EXISTS (SELECT FROM done) THEN 'lease_lost'
+            ELSE 'ok' END AS verdict,
+       {columns},
+       coalesce((SELECT expires_at FROM done), (SELECT expires_at FROM sel)) AS expires_at,
+       (SELECT cardinality(token_ids) FROM sel) - (SELECT count(*) FROM live) AS missing
+"""
+
+
+def _lease_statement(template: str, durable: bool) -> str:
+    return template.format(
+        commit="" if durable else ASYNC_COMMIT,
+        selection=SELECTION.format(after="" if durable else ", commit_mode"),
+        columns=SELECTION_COLUMNS,
+    )
+
+
+RELEASE_STATEMENTS = {durable: _lease_statement(RELEASE, durable) for durable in (False, True)}
+EXTEND_STATEMENTS = {durable: _lease_statement(EXTEND, durable) for durable in (False, True)}

@@ -1,0 +1,280 @@
+"""The hot-path SQL of the PostgreSQL token store, one named block per statement.
+
+Every statement runs on its own (autocommit), so each is one short transaction, and each does a
+selection's work in one round trip: the locking statements draw the selection's fence when it
+has none, and the recording variants write the selection row in the statement that completes
+it. Two rules keep them from deadlocking with each other, with spends and with releases:
+- token row before lock row: the inserts take the token rows (FOR UPDATE) before touching lock
+  rows, and a spend locks its token rows before it reads the lock rows;
+- lock rows in token-id order: an insert that meets an existing lock row (an expired one it may
+  take over, or one committed after its snapshot) waits for that row, and an unlock or release
+  deletes several rows; both go through them in ascending token id.
+
+Statements are composed from the fragments below with ``str.format`` only, once, at import.
+Parameters are typed in the SQL, so one prepared statement serves every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+# -- fragments ----------------------------------------------------------------------------
+
+# Make this statement's commit asynchronous: it returns before its WAL reaches the disk. Used
+# for lease grants and releases only (never for spends, which are durable): a crash may forget
+# the last fraction of a second of grants and releases, which their holders then see as
+# lease_lost, exactly as if the lease had run out. set_config(..., true) lasts until the end of
+# the transaction, i.e. this statement's.
+ASYNC_COMMIT = """
+commit_mode AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),"""
+
+# The selection's fence: the claim's own, or a new one from the sequence (strictly increasing
+# across every replica). MATERIALIZED makes nextval run exactly once.
+FENCE = """
+fence AS MATERIALIZED (
+    SELECT coalesce(%(fence)s::bigint, nextval('locks_fence_seq')) AS value{after}
+),"""
+# A CTE nobody reads is never run: the commit mode is set by joining it into one that is.
+AFTER_COMMIT_MODE = " FROM commit_mode"
+
+# Recording statements lock nothing for a transaction id that already has a selection in the
+# client's namespace, or that names tokens there (a spend's outputs are tokens named by its tx
+# id): see the README's transaction-id rules.
+GATE = """
+gate AS MATERIALIZED (
+    SELECT NOT EXISTS (SELECT FROM locks_selection s
+                       WHERE s.namespace = %(namespace)s::text AND s.tx_id = %(tx_id)s::text)
+       AND NOT EXISTS (SELECT FROM tokens_token t
+                       WHERE t.namespace = %(namespace)s::text AND t.tx_id = %(tx_id)s::text)
+       AS open
+),"""
+OPEN = "(SELECT open FROM gate)"
+
+# A token is free when no live lock row names it. Evaluated against the statement's snapshot: a
+# lock committed after it is caught by ON CONFLICT in the insert.
+FREE = """NOT EXISTS (
+          SELECT FROM locks_tokenlock l WHERE l.token_id = t.id AND l.expires_at > now())"""
+
+UNSPENT_OF_KEY = """t.wallet = %(wallet)s::text AND t.currency = %(currency)s::text
+      AND t.spent_at IS NULL"""
+
+# Take the chosen token rows FOR UPDATE SKIP LOCKED, re-checking under the row lock that they
+# are still unspent (READ COMMITTED re-reads a row a spend changed meanwhile), so a spend that
+# committed first is seen and one in flight is skipped: a stale choice never locks a spent
+# token. Rows another selection is locking right now are skipped, never waited for.
+WANTED = """
+wanted AS (
+    SELECT t.id, t.quantity, t.tx_id, t."index"
+    FROM tokens_token t
+    WHERE t.id IN (SELECT id FROM chosen) AND {unspent_of_key}
+    ORDER BY t.id
+    FOR UPDATE OF t SKIP LOCKED
+),"""
+
+# Insert the locks in token-id order (see the module docstring). An existing lock is taken over
+# only if its lease has run out; a live one is left alone and its token is not granted.
+GRANTED = """
+granted AS (
+    INSERT INTO locks_tokenlock AS l (token_id, spender_tx_id, fence, created_at, expires_at)
+    SELECT w.id, %(tx_id)s::text, (SELECT value FROM fence), now(),
+           now() + %(lease)s::float8 * interval '1 second'
+    FROM wanted w
+    ORDER BY w.id
+    ON CONFLICT (token_id) DO UPDATE
+        SET spender_tx_id = EXCLUDED.spender_tx_id, fence = EXCLUDED.fence,
+            created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+        WHERE l.expires_at <= now()
+    RETURNING l.token_id, l.expires_at
+),
+won AS MATERIALIZED (
+    SELECT g.token_id AS id, w.quantity, w.tx_id, w."index", g.expires_at
+    FROM granted g JOIN wanted w ON w.id = g.token_id
+),"""
+
+# The selection row, written by the call that completes the selection (its earlier calls'
+# tokens come in as held_*), so no lock outlives its owner's record: a process that dies after
+# this statement leaves a selection its client can spend, release or retry.
+RECORDED = """
+recorded AS (
+    INSERT INTO locks_selection (namespace, tx_id, wallet, currency, quantity, total, fence,
+                                 token_ids, output_ids, status, created_at, expires_at)
+    SELECT %(namespace)s::text, %(tx_id)s::text, %(wallet)s::text, %(currency)s::text,
+           %(quantity)s::numeric,
+           %(held_total)s::numeric + coalesce(sum(w.quantity), 0), (SELECT value FROM fence),
+           %(held_ids)s::bigint[] || coalesce(array_agg(w.id ORDER BY w.id), ARRAY[]::bigint[]),
+           ARRAY[]::bigint[], 'locked', now(),
+           least(min(w.expires_at), %(held_expiry)s::timestamptz)
+    FROM won w
+    HAVING %(held_total)s::numeric + coalesce(sum(w.quantity), 0) >= %(quantity)s::numeric
+    ON CONFLICT (namespace, tx_id) DO NOTHING
+    RETURNING id, created_at, expires_at
+),"""
+
+# What the statement returns: one row. Granted tokens (with their identity, for responses),
+# whether the gate was open and what was recorded; the fetch adds its own columns.
+RESULT = """
+SELECT (SELECT value FROM fence) AS fence,
+       (SELECT array_agg(id ORDER BY id) FROM won) AS granted_ids,
+       (SELECT array_agg(quantity ORDER BY id) FROM won) AS granted_quantities,
+       (SELECT min(expires_at) FROM won) AS expires_at,
+       {extra}"""
+RESULT_PLAIN = "true AS open, NULL::bigint AS recorded_id, NULL AS recorded_at, NULL AS tokens"
+RESULT_RECORDED = """{open} AS open,
+       (SELECT id FROM recorded) AS recorded_id,
+       (SELECT created_at FROM recorded) AS recorded_at,
+       CASE WHEN EXISTS (SELECT FROM recorded) THEN (
+           SELECT json_agg(json_build_array(x.id, x.tx_id, x."index", x.quantity) ORDER BY x.id)
+           FROM (SELECT id, tx_id, "index", quantity FROM won
+                 UNION ALL
+                 SELECT id, tx_id, "index", quantity FROM tokens_token
+                 WHERE id = ANY(%(held_ids)s::bigint[])) x) END AS tokens"""
+
+# -- try-lock: the cached candidates ------------------------------------------------------
+
+# Lock a batch of cached candidates in one round trip; grant only those still unspent, not
+# live-locked and of the claim's wallet and currency (a cache can be stale, never wrong).
+TRY_LOCK_CHOICE = """
+chosen AS (
+    SELECT t.id FROM tokens_token t
+    WHERE t.id = ANY(%(token_ids)s::bigint[]) AND {unspent_of_key}
+      AND {free}{gated}
+),"""
+
+# -- fetch-and-lock: a random batch of the wallet ----------------------------------------
+
+# Read up to %(limit)s free tokens of one wallet/currency and lock a random prefix of them that
+# covers %(need)s, in one round trip.
+# - A random pivot in the wallet's id range, then a walk of the partial index from there (and a
+#   wrap-around walk below it, evaluated only if the first did not fill the batch), gives every
+#   replica a different starting point without sorting the whole wallet.
+# - The batch is read without row locks: only the prefix that will be inserted is row-locked
+#   (WANTED), so a fetch writes no more tuples than it locks.
+# - If the batch cannot cover the need, it is worth locking only if every free token of the
+#   wallet together can: otherwise nothing is locked and the wallet's unspent total is returned
+#   so the caller can tell insufficient funds from funds held by others. Both sums are read only
+#   when needed (a CASE evaluates its subqueries lazily).
+FETCH_CHOICE = """
+pivot AS MATERIALIZED (
+    SELECT lo + floor(random() * (hi - lo + 1))::bigint AS p
+    FROM (SELECT min(t.id) AS lo, max(t.id) AS hi FROM tokens_token t
+          WHERE {unspent_of_key}) bounds
+),
+upper_part AS (
+    SELECT t.id, t.quantity FROM tokens_token t
+    WHERE {unspent_of_key} AND t.id >= (SELECT p FROM pivot) AND {free}
+    ORDER BY t.id
+    LIMIT %(limit)s::int
+),
+lower_part AS (
+    SELECT t.id, t.quantity FROM tokens_token t
+    WHERE {unspent_of_key} AND t.id < (SELECT p FROM pivot) AND {free}
+    ORDER BY t.id
+    LIMIT %(limit)s::int
+),
+candidates AS MATERIALIZED (
+    SELECT id, quantity, random() AS rnd
+    FROM ((SELECT id, quantity FROM upper_part) UNION ALL (SELECT id, quantity FROM lower_part)
+          LIMIT %(limit)s::int) batch
+),
+seen AS MATERIALIZED (
+    SELECT count(*) AS rows, coalesce(sum(quantity), 0) AS total FROM candidates
+),
+reach AS MATERIALIZED (
+    SELECT CASE
+        WHEN s.total >= %(need)s::numeric OR s.rows < %(limit)s::int THEN s.total
+        ELSE (SELECT coalesce(sum(t.quantity), 0) FROM tokens_token t
+              WHERE {unspent_of_key} AND {free})
+    END AS free
+    FROM seen s
+),
+chosen AS MATERIALIZED (
+    SELECT c.id
+    FROM (SELECT id, quantity,
+                 sum(quantity) OVER (ORDER BY rnd, id ROWS UNBOUNDED PRECEDING) AS running
+          FROM candidates) c
+    WHERE c.running - c.quantity < %(need)s::numeric
+      AND (SELECT free FROM reach) >= %(need)s::numeric{gated}
+),"""
+
+FETCH_EXTRA = """(SELECT count(*) FROM chosen) AS attempted,
+       (SELECT rows FROM seen) < %(limit)s::int AS exhausted,
+       (SELECT free FROM reach) AS free,
+       CASE WHEN (SELECT free FROM reach) < %(need)s::numeric THEN (
+           SELECT coalesce(sum(t.quantity), 0) FROM tokens_token t WHERE {unspent_of_key})
+       END AS unspent,
+       (SELECT array_agg(id ORDER BY id) FROM candidates
+        WHERE id NOT IN (SELECT id FROM chosen)) AS spare_ids,
+       (SELECT array_agg(quantity ORDER BY id) FROM candidates
+        WHERE id NOT IN (SELECT id FROM chosen)) AS spare_quantities,
+       """
+
+
+@dataclass(frozen=True)
+class LockStatement:
+    """Which variant of a locking statement: its source, and what else it does."""
+
+    fetch: bool  # fetch-and-lock (a random batch of the wallet) or try-lock (given ids)
+    record: bool  # gate on the tx id and write the selection row when complete
+    durable: bool  # commit synchronously
+
+
+def _compose(variant: LockStatement) -> str:
+    """Assemble one locking statement from the fragments."""
+    gated = f"\n      AND {OPEN}" if variant.record else ""
+    fill = {"unspent_of_key": UNSPENT_OF_KEY, "free": FREE, "gated": gated, "open": OPEN}
+    ctes = ("" if variant.durable else ASYNC_COMMIT) + FENCE.format(
+        after="" if variant.durable else AFTER_COMMIT_MODE)
+    if variant.record:
+        ctes += GATE
+    ctes += (FETCH_CHOICE if variant.fetch else TRY_LOCK_CHOICE).format(**fill)
+    ctes += WANTED.format(**fill) + GRANTED
+    if variant.record:
+        ctes += RECORDED
+    extra = (FETCH_EXTRA.format(**fill) if variant.fetch else "") + (
+        RESULT_RECORDED.format(**fill) if variant.record else RESULT_PLAIN)
+    return "WITH" + ctes.rstrip(",") + "\n" + RESULT.format(extra=extra)
+
+
+def _variants() -> Iterator[LockStatement]:
+    for fetch in (False, True):
+        for record in (False, True):
+            for durable in (False, True):
+                yield LockStatement(fetch, record, durable)
+
+
+LOCK_STATEMENTS: dict[LockStatement, str] = {v: _compose(v) for v in _variants()}
+
+# Remove this selection's lock rows (all, or the given tokens). The fence keeps a stale holder
+# from deleting locks that were re-granted to a newer selection under the same tx id. The rows
+# are row-locked in token-id order first (see the module docstring): a plain DELETE would take
+# them in physical order and could deadlock with an insert waiting on one of them.
+UNLOCK = """
+WITH{commit}
+doomed AS (
+    SELECT token_id FROM locks_tokenlock{after}
+    WHERE spender_tx_id = %(tx_id)s::text AND fence = %(fence)s::bigint{only}
+    ORDER BY token_id
+    FOR UPDATE OF locks_tokenlock
+)
+DELETE FROM locks_tokenlock WHERE token_id IN (SELECT token_id FROM doomed)
+"""
+ONLY = "\n      AND token_id = ANY(%(token_ids)s::bigint[])"
+UNLOCK_STATEMENTS: dict[tuple[bool, bool], str] = {
+    (some, durable): UNLOCK.format(commit="" if durable else ASYNC_COMMIT,
+                                   after="" if durable else ", commit_mode",
+                                   only=ONLY if some else "")
+    for some in (False, True) for durable in (False, True)
+}
+
+# Authoritative totals for one wallet/currency: all unspent value, and the part held by live
+# locks of other spenders. Read only when a selection comes up short without a fetch saying why.
+SUPPLY = """
+SELECT coalesce(sum(t.quantity), 0) AS unspent,
+       coalesce(sum(t.quantity) FILTER (
+           WHERE l.token_id IS NOT NULL AND l.expires_at > now()
+             AND l.spender_tx_id <> %(tx_id)s::text), 0) AS locked
+FROM tokens_token t
+LEFT JOIN locks_tokenlock l ON l.token_id = t.id
+WHERE t.wallet = %(wallet)s::text AND t.currency = %(currency)s::text AND t.spent_at IS NULL
+"""

@@ -1,0 +1,59 @@
+"""One selection round's state, and the checks a selection request passes first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import InvalidRequest
+from .types import MAX_QUANTITY, Candidate, Claim, SelectionStats, WalletKey
+
+
+@dataclass(slots=True)
+class Round:
+    """Locks gathered by one selection round, and how to describe it to the store."""
+
+    tx_id: str
+    key: WalletKey
+    quantity: int
+    fence: int | None
+    stats: SelectionStats
+    locked: list[Candidate] = field(default_factory=list)
+    ids: set[int] = field(default_factory=set)
+    total: int = 0
+    expiries: list[object] = field(default_factory=list)
+    # Ids sent in a locking call whose outcome is unknown if it raised; None when the
+    # call (fetch_and_lock) could have locked ids we never saw.
+    pending: list[int] | None = field(default_factory=list)
+    recording: bool = False
+    namespace: str = ""
+    record: object | None = None
+
+    def claim(self) -> Claim:
+        """Describe this round to the store."""
+        return Claim(
+            self.tx_id,
+            self.key,
+            self.quantity,
+            self.fence,
+            tuple(self.locked),
+            min(self.expiries) if self.expiries else None,  # type: ignore[type-var]
+            self.recording,
+            self.namespace,
+        )
+
+
+def validate(
+    tx_id: object, wallet: object, currency: object, quantity: object, fence: object
+) -> WalletKey:
+    """Check selection arguments and return the wallet key."""
+    for name, value in (("tx_id", tx_id), ("wallet", wallet), ("currency", currency)):
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidRequest(f"{name} must be a non-empty string, got {value!r}")
+    if type(quantity) is not int:
+        raise InvalidRequest(f"quantity must be an int, got {type(quantity).__name__}")
+    if not 0 < quantity <= MAX_QUANTITY:
+        raise InvalidRequest(f"quantity must be in [1, 2**64-1], got {quantity}")
+    if fence is not None and (type(fence) is not int or fence < 0):
+        raise InvalidRequest(f"fence must be a non-negative int, got {fence!r}")
+    assert isinstance(wallet, str) and isinstance(currency, str)
+    return WalletKey(wallet, currency)
