@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from bench import database, verify
+from bench import database, strategies, verify
 from bench.worker import Record
 
 WALLET, PAYEE = "chain", "chain-payee"
@@ -199,6 +199,7 @@ def run(harness, strategy: str, n: int, processes: int, timeout: float, seed: in
     pool = harness.pool(strategy)
     for mode in ("sequential", "concurrent"):
         database.reset()
+        strategies.deploy(strategy)
         numbers = tuple(range(n))
         if mode == "sequential":
             tasks = [ChainTask(strategy, numbers, seed, "seq", False)]

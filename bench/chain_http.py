@@ -15,8 +15,9 @@ import random
 import threading
 import time
 
-from bench import chain, database
+from bench import chain, database, strategies
 from bench.chain import PAYEE, WALLET, Payment, jittered
+from bench.strategies import HTTP
 from bench.web import API, Api, Server, api_key, outputs, unavailable
 
 START_DELAY = 0.2
@@ -131,6 +132,7 @@ def run(args, say) -> dict:
     with (args.out / "gunicorn-chain.log").open("w") as log:
         for mode in ("sequential", "concurrent"):
             database.reset()  # keeps the API key: the reset empties only the selection tables
+            strategies.deploy(HTTP)
             say(f"[chain] http {mode}: {n} payments (at most {args.chain_timeout:g} s)")
             server = Server(None, log)
             try:

@@ -149,6 +149,7 @@ class Harness:
 
         if reset:
             database.reset()
+        notifying = strategies.deploy(strategy)
         point: dict[str, object] = {"workload": workload.name, "strategy": strategy,
                                     "replicas": replicas}
         duration = self.args.duration
@@ -164,6 +165,7 @@ class Harness:
         if strategy in strategies.CANDIDATES:
             point["listening"] = all(info.get("listening") for info in infos)
             point["settings"] = infos[0].get("settings")  # what the replicas ran with
+            point["notifying"] = notifying
         point.update(verify.figures(records, duration, supply))
         stored = database.spent_tokens(prefix=f"{tag}-")
         point["double_spends"] = verify.overlapping_holds(records) + verify.spent_twice(
@@ -233,6 +235,11 @@ def main(argv: list[str]) -> int:
     url, server = database.locate(args.database)
     try:
         database.create(url)
+        # The harness itself runs the shipped settings too (the floor reads them, migrate
+        # installs what they ask for).
+        environment = strategies.environment(strategies.OURS)
+        os.environ.clear()
+        os.environ.update(environment)
         os.environ["DATABASE_URL"] = url
         os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
         # Per-selection INFO lines from every replica would drown the progress output.

@@ -217,6 +217,7 @@ def measure(workload: Workload, workers: int, duration: float, key: str, seed: i
             supply: dict[str, int], log) -> dict:
     """Measure one HTTP point with ``workers`` server workers and as many clients."""
     database.reset()
+    strategies.deploy(HTTP)
     context = multiprocessing.get_context("spawn")
     server = Server(workers, log)
     try:

@@ -37,8 +37,8 @@ CANDIDATES = (OURS, LISTENER)
 ENVIRONMENTS: dict[str, dict[str, str]] = {OURS: {}, LISTENER: {"SHERDLOCK_LISTEN": "1"}}
 KEPT = ("SHERDLOCK_DATA_DIR", "SHERDLOCK_TEST_DB")
 
-__all__ = ["ALL", "BASELINES", "CANDIDATES", "Picked", "Strategy", "build", "environment",
-           "listener_available", "payment", "spend"]
+__all__ = ["ALL", "BASELINES", "CANDIDATES", "Picked", "Strategy", "build", "deploy",
+           "environment", "listener_available", "overrides", "payment", "spend"]
 
 
 def environment(name: str, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -56,6 +56,27 @@ def environment(name: str, base: dict[str, str] | None = None) -> dict[str, str]
 def overrides(name: str) -> dict[str, str]:
     """Return the variables strategy ``name`` sets on top of the shipped defaults."""
     return dict(ENVIRONMENTS.get(name, ENVIRONMENTS[OURS]))
+
+
+def deploy(name: str) -> bool:
+    """Set the database up as a deployment with strategy ``name``'s settings would be.
+
+    Where replicas listen for cache notifications, the triggers that publish them are
+    installed (``locks.notifications``); elsewhere they are not, as ``migrate`` leaves them
+    for the setting. Return whether they are installed.
+    """
+    from django.conf import settings
+
+    value = overrides(name).get("SHERDLOCK_LISTEN")
+    listen = (bool(settings.SHERDLOCK.get("LISTEN")) if value is None
+              else value.strip().lower() in ("1", "true", "yes", "on"))
+    if importlib.util.find_spec("locks.notifications") is None:
+        return True  # an older schema publishes from triggers that are always there
+    from locks import notifications
+
+    if listen != notifications.installed():
+        (notifications.install if listen else notifications.uninstall)()
+    return listen
 
 
 def listener_available() -> bool:
