@@ -50,14 +50,14 @@ FROM (SELECT id FROM tokens_token WHERE spent_at IS NULL AND id %% 2 = 0 ORDER B
 ORDER BY id
 """
 
-# The same on free unspent tokens (no lock row at all), to restore the planted rows that a
-# point took over.
+# The same on free unspent tokens (no lock row at all, odd ids too: the even ones are taken),
+# to restore as many planted rows as a point took over.
 TOP_UP_EXPIRED = """
 INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, created_at, expires_at)
 SELECT id, %(prefix)s || (id %% 1000), nextval('locks_fence_seq'),
        now() - interval '1 hour' - %(lease)s * interval '1 second', now() - interval '1 hour'
 FROM (SELECT t.id FROM tokens_token t
-      WHERE t.spent_at IS NULL AND t.id %% 2 = 0
+      WHERE t.spent_at IS NULL
         AND NOT EXISTS (SELECT 1 FROM locks_tokenlock l WHERE l.token_id = t.id)
       ORDER BY t.id LIMIT %(count)s) AS picked
 ORDER BY id
