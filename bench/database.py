@@ -2,11 +2,14 @@
 
 The harness never touches the project's database: it uses a dedicated one (``sherdlock_bench``
 by default) on the server of ``DATABASE_URL``, or on the embedded server when that is unset,
-and empties it (TRUNCATE) before every measured point.
+and restores the seeded tokens (TRUNCATE, then a copy of the snapshot) before every measured
+point; the housekeeping points, on a workload too large to copy, keep their tokens and only
+replace the lock rows between points.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -18,10 +21,50 @@ DEFAULT_NAME = "sherdlock_bench"
 TABLES = ("tokens_token", "locks_tokenlock", "locks_selection", "locks_failedselection",
           "clients_ratebucket", "tokens_currencysupply")
 
-# Lock rows left on unspent tokens once every replica has spent or released what it held.
+# Lock rows left on unspent tokens once every replica has spent or released what it held
+# (rows planted by the housekeeping points, of spenders named EXPIRED_PREFIX..., excepted).
 LEAKED_LOCKS = """
 SELECT count(*) FROM locks_tokenlock l JOIN tokens_token t ON t.id = l.token_id
-WHERE t.spent_at IS NULL
+WHERE t.spent_at IS NULL AND l.spender_tx_id NOT LIKE %(planted)s
+"""
+EXPIRED_PREFIX = "crashed-"
+
+# Tokens of a large workload generated in the server: wallet w holds tokens w*n .. w*n+n-1 of
+# 1-20 (quantities from a seeded random sequence, so every run seeds the same supply).
+SEED_GENERATED = """
+INSERT INTO tokens_token (tx_id, "index", wallet, currency, quantity)
+SELECT 'bench-seed', g, %(prefix)s || (g / %(per_wallet)s), %(currency)s,
+       1 + floor(random() * 20)::int
+FROM generate_series(0, %(wallets)s * %(per_wallet)s - 1) AS g
+ORDER BY g
+"""
+
+# Expired locks of crashed spenders on every other unspent token, lease ended an hour ago
+# (far past any housekeeping grace): what a fleet of replicas that died leaves behind.
+SEED_EXPIRED = """
+INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, created_at, expires_at, wallet,
+                             currency, quantity)
+SELECT id, %(prefix)s || (id %% 1000), nextval('locks_fence_seq'),
+       now() - interval '1 hour' - %(lease)s * interval '1 second', now() - interval '1 hour',
+       wallet, currency, quantity
+FROM (SELECT id, wallet, currency, quantity FROM tokens_token
+      WHERE spent_at IS NULL AND id %% 2 = 0 ORDER BY id LIMIT %(count)s) AS picked
+ORDER BY id
+"""
+
+# The same on free unspent tokens (no lock row at all, odd ids too: the even ones are taken),
+# to restore as many planted rows as a point took over.
+TOP_UP_EXPIRED = """
+INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, created_at, expires_at, wallet,
+                             currency, quantity)
+SELECT id, %(prefix)s || (id %% 1000), nextval('locks_fence_seq'),
+       now() - interval '1 hour' - %(lease)s * interval '1 second', now() - interval '1 hour',
+       wallet, currency, quantity
+FROM (SELECT t.id, t.wallet, t.currency, t.quantity FROM tokens_token t
+      WHERE t.spent_at IS NULL
+        AND NOT EXISTS (SELECT 1 FROM locks_tokenlock l WHERE l.token_id = t.id)
+      ORDER BY t.id LIMIT %(count)s) AS picked
+ORDER BY id
 """
 
 
@@ -82,9 +125,28 @@ def _cursor():
     return connection.cursor()
 
 
-def seed(rows: tuple[tuple[str, int], ...], currency: str) -> None:
-    """Replace every token by ``rows`` and remember them as the snapshot ``reset`` restores."""
-    with _cursor() as cursor:
+class _Quiet:
+    """Publish no change notifications from this connection while seeding or resetting.
+
+    Bulk loads would otherwise build one JSON payload per wallet for nobody: replicas are
+    rebuilt for every point, so no cache outlives a reset.
+    """
+
+    def __enter__(self):
+        with _cursor() as cursor:
+            cursor.execute("SET sherdlock.notify = off")
+
+    def __exit__(self, *exc: object) -> None:
+        with _cursor() as cursor:
+            cursor.execute("RESET sherdlock.notify")
+
+
+def seed(rows: tuple[tuple[str, int], ...], currency: str) -> dict[str, int]:
+    """Replace every token by ``rows``, remember them as the snapshot ``reset`` restores.
+
+    Return the unspent quantity per wallet.
+    """
+    with _Quiet(), _cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
         copy_sql = 'COPY tokens_token (tx_id, "index", wallet, currency, quantity) FROM STDIN'
         with cursor.cursor.copy(copy_sql) as copy:
@@ -93,11 +155,114 @@ def seed(rows: tuple[tuple[str, int], ...], currency: str) -> None:
         cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
         cursor.execute("CREATE TABLE bench_snapshot AS SELECT * FROM tokens_token")
     reset()
+    return unspent_by_wallet()
+
+
+# Secondary indexes of a table: those that back no constraint (primary key, unique, foreign
+# keys stay, and so does every check).
+SECONDARY_INDEXES = """
+SELECT indexname, indexdef FROM pg_indexes
+WHERE schemaname = current_schema() AND tablename = %(table)s
+  AND indexname NOT IN (SELECT conname FROM pg_constraint
+                        WHERE conrelid = (current_schema() || '.' || %(table)s)::regclass)
+ORDER BY indexname
+"""
+
+
+@contextlib.contextmanager
+def _bulk_load(*tables: str):
+    """Load rows into ``tables`` fast, in one transaction: no triggers, indexes built once.
+
+    The secondary indexes are dropped and created again after the load (a sort instead of a
+    million index insertions), and triggers (change notifications, foreign-key checks: the
+    rows are consistent by construction) are off where the role may turn them off. It all
+    commits or rolls back together, so an interrupted load never leaves a table without its
+    indexes.
+    """
+    from django.db import DatabaseError, transaction
+
+    with transaction.atomic(), _cursor() as cursor:
+        try:
+            with transaction.atomic():
+                cursor.execute("SET LOCAL session_replication_role = replica")
+        except DatabaseError:
+            pass  # not a superuser: triggers run, the load is only slower
+        definitions = []
+        for table in tables:
+            cursor.execute(SECONDARY_INDEXES, {"table": table})
+            definitions += cursor.fetchall()
+        for name, _ in definitions:
+            cursor.execute(f'DROP INDEX "{name}"')
+        yield cursor
+        for _, definition in definitions:
+            cursor.execute(definition)
+
+
+def seed_generated(prefix: str, wallets: int, per_wallet: int, currency: str,
+                   seed: int) -> dict[str, int]:
+    """Replace every token by ``wallets`` x ``per_wallet`` generated ones; no snapshot is kept.
+
+    Return the unspent quantity per wallet.
+    """
+    with _cursor() as cursor:
+        cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
+        cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
+    with _bulk_load("tokens_token") as cursor:
+        cursor.execute("SELECT setseed(%s)", [((seed * 7919) % 1000) / 1000])
+        cursor.execute(SEED_GENERATED, {"prefix": prefix, "wallets": wallets,
+                                        "per_wallet": per_wallet, "currency": currency})
+    with _cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE tokens_token")
+    checkpoint()
+    return unspent_by_wallet()
+
+
+def plant_expired_locks(count: int, lease: float) -> int:
+    """Replace every lock row by ``count`` expired ones of crashed spenders; return how many."""
+    with _cursor() as cursor:
+        cursor.execute("TRUNCATE locks_tokenlock")
+    with _bulk_load("locks_tokenlock") as cursor:
+        cursor.execute(SEED_EXPIRED, {"count": count, "lease": lease,
+                                      "prefix": EXPIRED_PREFIX})
+        planted = cursor.rowcount
+    with _cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE locks_tokenlock")
+    checkpoint()
+    return planted
+
+
+def top_up_expired_locks(count: int, lease: float) -> int:
+    """Plant expired rows on free tokens until ``count`` are there again; return how many."""
+    missing = count - expired_left()
+    if missing > 0:
+        with _Quiet(), _cursor() as cursor:
+            cursor.execute(TOP_UP_EXPIRED, {"count": missing, "lease": lease,
+                                            "prefix": EXPIRED_PREFIX})
+    with _cursor() as cursor:
+        cursor.execute("ANALYZE locks_tokenlock")
+    checkpoint()
+    return expired_left()
+
+
+def clear_locks() -> None:
+    """Remove every lock row (between housekeeping points, which keep their tokens)."""
+    with _Quiet(), _cursor() as cursor:
+        cursor.execute("TRUNCATE locks_tokenlock")
+        cursor.execute("VACUUM ANALYZE locks_tokenlock, tokens_token")
+    checkpoint()
+
+
+def expired_left() -> int:
+    """Count the planted expired lock rows that are still there."""
+    with _cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM locks_tokenlock WHERE spender_tx_id LIKE %s",
+                       [EXPIRED_PREFIX + "%"])
+        return int(cursor.fetchone()[0])
 
 
 def reset() -> None:
     """Restore the seeded tokens with their ids, and empty the lock and selection tables."""
-    with _cursor() as cursor:
+    with _Quiet(), _cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
         cursor.execute("INSERT INTO tokens_token SELECT * FROM bench_snapshot")
         # Keep the supply summary (what issuing maintains) true to the restored tokens.
@@ -129,7 +294,7 @@ def checkpoint() -> None:
 def leaked_locks() -> int:
     """Count lock rows that hold unspent tokens."""
     with _cursor() as cursor:
-        cursor.execute(LEAKED_LOCKS)
+        cursor.execute(LEAKED_LOCKS, {"planted": EXPIRED_PREFIX + "%"})
         return int(cursor.fetchone()[0])
 
 
@@ -141,11 +306,15 @@ def unspent_by_wallet() -> dict[str, int]:
         return {wallet: int(total) for wallet, total in cursor.fetchall()}
 
 
-def spent_tokens(by_identity: bool = False) -> dict[object, str]:
-    """Map every spent token (id, or "tx_id:index") to the transaction that spent it."""
+def spent_tokens(by_identity: bool = False, prefix: str = "") -> dict[object, str]:
+    """Map every spent token (id, or "tx_id:index") to the transaction that spent it.
+
+    With ``prefix``, only tokens spent by transactions whose tx id starts with it.
+    """
     key = "tx_id || ':' || \"index\"" if by_identity else "id"
     with _cursor() as cursor:
-        cursor.execute(f"SELECT {key}, spent_by FROM tokens_token WHERE spent_at IS NOT NULL")
+        cursor.execute(f"SELECT {key}, spent_by FROM tokens_token "
+                       "WHERE spent_by IS NOT NULL AND spent_by LIKE %s", [prefix + "%"])
         return dict(cursor.fetchall())
 
 

@@ -12,7 +12,7 @@ def draw(data: dict, path: Path) -> Path:
     matplotlib.use("Agg")  # files only: no display on servers and in CI
     import matplotlib.pyplot as plt
 
-    points = data["points"]
+    points = data["points"] + [pair["http"] for pair in data.get("http") or []]
     workloads = list(dict.fromkeys(p["workload"] for p in points))
     figure, axes = plt.subplots(1, max(1, len(workloads)), squeeze=False,
                                 figsize=(5.5 * max(1, len(workloads)), 4.5))

@@ -1,7 +1,7 @@
-"""The harness: every workload, every replica count, every strategy, on the same data.
+"""The harness: ours against its baselines, the HTTP path, housekeeping points, the chain.
 
-``python -m bench`` (what ``make bench`` runs) prints progress while it measures, then a table
-with ratios, and writes ``report.json`` and ``throughput.png`` under ``--out``.
+``python -m bench`` (what ``make bench`` runs) prints progress while it measures, then tables
+with ratios and the targets, and writes ``report.json`` and ``throughput.png`` under ``--out``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from bench import database, strategies
+from bench.housekeeping import parse_size
 from bench.workloads import Workload, hot_tokens, hot_wallet, spread
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -39,14 +40,21 @@ def _names(choices: tuple[str, ...]):
     return parse
 
 
+def _size(text: str):
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--workloads", type=_names(WORKLOADS), default=list(WORKLOADS))
     parser.add_argument("--strategies", type=_names(strategies.ALL),
                         default=list(strategies.ALL))
-    parser.add_argument("--replicas", type=_ints, default=[1, 2, 4, 8, 20],
+    parser.add_argument("--replicas", type=_ints, default=[1, 8, 20],
                         help="replica counts, comma-separated")
-    parser.add_argument("--duration", type=float, default=2.0, help="seconds per point")
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds per point")
     parser.add_argument("--spread-wallets", type=int, default=1000)
     parser.add_argument("--spread-tokens", type=int, default=100, help="tokens per wallet")
     parser.add_argument("--hot-wallet-tokens", type=int, default=1000)
@@ -57,9 +65,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="share of selections spent (the rest are released)")
     parser.add_argument("--hold", type=float, default=0.0,
                         help="mean seconds a selection is held before spend or release")
-    parser.add_argument("--http-replicas", type=_ints, default=[2, 4],
-                        help="gunicorn worker counts for the HTTP path; empty skips it")
-    parser.add_argument("--http-workload", choices=WORKLOADS, default="hot-wallet")
+    parser.add_argument("--http-replicas", type=_ints, default=[4, 8],
+                        help="web server workers (and load processes) for the HTTP points; "
+                             "empty skips them")
+    parser.add_argument("--http-workloads", type=_names(WORKLOADS),
+                        default=["hot-wallet", "spread"])
+    parser.add_argument("--housekeeping", type=_size, default=(1000, 2000, 1_000_000),
+                        metavar="WALLETSxTOKENS:EXPIRED",
+                        help="sizes of the housekeeping points (default 1000x2000:1000000); "
+                             "'off' skips them")
+    parser.add_argument("--housekeeping-replicas", type=int, default=8)
+    parser.add_argument("--chain-payments", type=int, default=100,
+                        help="payments of the chain (one token of this many); 0 skips it")
+    parser.add_argument("--chain-processes", type=int, default=4,
+                        help="processes the chain's payments (threads) are spread over")
+    parser.add_argument("--chain-timeout", type=float, default=60.0,
+                        help="seconds after which an unfinished payment counts as an error")
+    parser.add_argument("--chain-wait", type=float, default=None, metavar="SECONDS",
+                        help="ask the server to wait for locked funds (Prefer: wait=N)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--database", default=database.DEFAULT_NAME,
                         help="database to create and use on the server (emptied!)")
@@ -72,6 +95,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not args.replicas or min(args.replicas) < 1 or args.duration <= 0:
         parser.error("need positive replica counts and duration")
+    if min(args.http_replicas, default=1) < 1 or args.housekeeping_replicas < 1:
+        parser.error("need positive replica counts")
+    if args.chain_payments < 0 or args.chain_processes < 1 or args.chain_timeout <= 0:
+        parser.error("need a non-negative chain size, positive processes and timeout")
     return args
 
 
@@ -95,46 +122,56 @@ class Harness:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.pools: dict[str, object] = {}
+        self.size = max([*args.replicas, *args.http_replicas, args.housekeeping_replicas,
+                         min(args.chain_processes, max(1, args.chain_payments))])
 
     def pool(self, strategy: str):
         from bench.worker import Pool
 
-        env = strategies.environment(strategy)
-        name = ",".join(f"{k}={v}" for k, v in sorted(env.items()))
+        overrides = strategies.overrides(strategy)
+        name = ",".join(f"{k}={v}" for k, v in sorted(overrides.items()))
         if name not in self.pools:
-            size = max(self.args.replicas)
-            say(f"starting {size} replica processes{f' with {name}' if name else ''}")
-            self.pools[name] = Pool(size, env)
+            say(f"starting {self.size} replica processes with the shipped settings"
+                f"{f' and {name}' if name else ''}")
+            self.pools[name] = Pool(self.size, strategies.environment(strategy))
         return self.pools[name]
 
     def close(self) -> None:
         for pool in self.pools.values():
             pool.close()
 
-    def measure(self, workload: Workload, strategy: str, replicas: int) -> dict:
-        """Measure one point on freshly reset data."""
+    def measure(self, workload: Workload, strategy: str, replicas: int,
+                supply: dict[str, int], tag: str = "", reset: bool = True,
+                on_start=None) -> dict:
+        """Measure one point (on freshly reset data unless ``reset`` is False)."""
         from bench import verify
         from bench.worker import Task
 
-        database.reset()
+        if reset:
+            database.reset()
+        notifying = strategies.deploy(strategy)
         point: dict[str, object] = {"workload": workload.name, "strategy": strategy,
                                     "replicas": replicas}
         duration = self.args.duration
         if strategy == strategies.FLOOR:
             return {**point, **self._floor(workload, replicas, duration)}
         lite = dataclasses.replace(workload, tokens=())
+        tag = tag or strategy
         # Replica i draws the same requests whatever the strategy: same data, same demand.
-        tasks = [Task(strategy, lite, i, self.args.seed * 1000 + i) for i in range(replicas)]
-        records, infos = self.pool(strategy).run(tasks, duration)
+        tasks = [Task(strategy, lite, i, self.args.seed * 1000 + i, tag)
+                 for i in range(replicas)]
+        records, infos = self.pool(strategy).run(tasks, duration, on_start)
         point["duration_s"] = duration
         if strategy in strategies.CANDIDATES:
             point["listening"] = all(info.get("listening") for info in infos)
-        point.update(verify.figures(records, duration, workload.supply()))
-        stored = database.spent_tokens()
+            point["settings"] = infos[0].get("settings")  # what the replicas ran with
+            point["notifying"] = notifying
+        point.update(verify.figures(records, duration, supply))
+        stored = database.spent_tokens(prefix=f"{tag}-")
         point["double_spends"] = verify.overlapping_holds(records) + verify.spent_twice(
             records, stored)
         point["leaked_locks"] = database.leaked_locks()
-        point["supply_conserved"] = database.unspent_by_wallet() == workload.supply()
+        point["supply_conserved"] = database.unspent_by_wallet() == supply
         return point
 
     def _floor(self, workload: Workload, replicas: int, duration: float) -> dict:
@@ -167,18 +204,20 @@ def run_points(harness: Harness, workloads: list[Workload], names: list[str]) ->
     """Measure every (workload, replicas, strategy) point, printing progress."""
     args, points = harness.args, []
     total = len(workloads) * len(args.replicas) * len(names)
+    if not total:
+        return points
     for workload in workloads:
         say(f"seeding {workload.title} ({len(workload.tokens)} tokens)")
-        database.seed(workload.tokens, workload.currency)
+        supply = database.seed(workload.tokens, workload.currency)
         for turn, replicas in enumerate(args.replicas):
             # Rotate the order, so that no strategy always runs first after a reseed.
             for strategy in names[turn % len(names):] + names[:turn % len(names)]:
-                point = harness.measure(workload, strategy, replicas)
+                point = harness.measure(workload, strategy, replicas, supply)
                 points.append(point)
                 latency = point["latency_ms"]
                 say(f"[{len(points)}/{total}] {workload.name:<10} R={replicas:<3} "
-                    f"{strategy:<14} {point['selections_per_s'] or 0:>9.1f} sel/s  "
-                    f"p50 {latency['p50'] or 0:.1f} ms  p99 {latency['p99'] or 0:.1f} ms  "
+                    f"{strategy:<21} {point['selections_per_s'] or 0:>8.1f} sel/s  "
+                    f"p50 {latency['p50'] or 0:6.1f} ms  p99 {latency['p99'] or 0:7.1f} ms  "
                     f"{_faults(point)}")
     return points
 
@@ -196,6 +235,11 @@ def main(argv: list[str]) -> int:
     url, server = database.locate(args.database)
     try:
         database.create(url)
+        # The harness itself runs the shipped settings too (the floor reads them, migrate
+        # installs what they ask for).
+        environment = strategies.environment(strategies.OURS)
+        os.environ.clear()
+        os.environ.update(environment)
         os.environ["DATABASE_URL"] = url
         os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
         # Per-selection INFO lines from every replica would drown the progress output.
@@ -205,7 +249,7 @@ def main(argv: list[str]) -> int:
         django.setup()
         say(f"database {args.database}: migrating")
         database.migrate()
-        return _run(args, url, started)
+        return _run(args, started)
     finally:
         if server is not None and server.started:
             from config import embedded_db
@@ -213,35 +257,48 @@ def main(argv: list[str]) -> int:
             embedded_db.stop(server.data_dir)
 
 
-def _run(args: argparse.Namespace, url: str, started: float) -> int:
-    from bench import check, plot, report
+def _available(names: list[str], skipped: list[dict[str, str]]) -> list[str]:
     from bench.strategies import floor
 
-    skipped: list[dict[str, str]] = []
-    names = list(args.strategies)
+    names = list(names)
     if strategies.LISTENER in names and not strategies.listener_available():
         names.remove(strategies.LISTENER)
         skipped.append({"what": strategies.LISTENER,
                         "why": "locks.listener does not exist yet; run again once it does"})
-    if strategies.FLOOR in names and floor.pgbench_binary() is None:
+    if strategies.FLOOR in names and (why := floor.unavailable()):
         names.remove(strategies.FLOOR)
-        skipped.append({"what": strategies.FLOOR, "why": "pgbench not found"})
+        skipped.append({"what": strategies.FLOOR, "why": why})
+    return names
+
+
+def _run(args: argparse.Namespace, started: float) -> int:
+    from bench import chain, chain_http, check, housekeeping, plot, report, web
+
+    skipped: list[dict[str, str]] = []
+    names = _available(args.strategies, skipped)
     for note in skipped:
         say(f"skipping {note['what']}: {note['why']}")
     workloads = [make_workload(name, args) for name in args.workloads]
     harness = Harness(args)
+    sections: dict[str, object] = {}
     try:
         points = run_points(harness, workloads, names)
+        if args.http_replicas:
+            sections["http"], note = web.run_all(args, harness, make_workload, say)
+            if note:
+                skipped.append({"what": strategies.HTTP, "why": note})
+        if args.housekeeping:
+            sections["housekeeping"] = housekeeping.run(args, harness, say)
+        if args.chain_payments:
+            sections["chain"] = {
+                "library": chain.run(harness, strategies.OURS, args.chain_payments,
+                                     args.chain_processes, args.chain_timeout, args.seed, say),
+            }
     finally:
         harness.close()
-    if args.http_replicas:
-        from bench import web
-
-        http_points, note = web.run_all(args, make_workload(args.http_workload, args), say)
-        points += http_points
-        if note:
-            skipped.append({"what": strategies.HTTP, "why": note})
-    data = report.build(points, skipped, vars(args), time.monotonic() - started)
+    if args.chain_payments:
+        sections["chain"]["http"] = chain_http.run(args, say)
+    data = report.build(points, sections, skipped, vars(args), time.monotonic() - started)
     args.out.mkdir(parents=True, exist_ok=True)
     report_path = report.write(data, args.out / "report.json")
     plot_path = plot.draw(data, args.out / "throughput.png")

@@ -9,7 +9,7 @@ from itertools import pairwise
 
 from bench.worker import Record
 
-OUTCOMES = ("selected", "insufficient_funds", "funds_locked", "error")
+OUTCOMES = ("selected", "insufficient_funds", "funds_locked", "rate_limited", "error")
 
 
 def percentile(values: list[float], fraction: float) -> float | None:

@@ -1,9 +1,10 @@
-"""The HTTP path: gunicorn with R workers under a small multi-process load generator.
+"""The HTTP path: the web server as ``make run`` starts it, under a multi-process load generator.
 
 Each client process keeps one ``http.client`` connection, selects through
-``POST /api/v1/selections/`` and then spends (``/spend/``, paying the tokens back to the wallet)
-or releases (``/release/``), as the replica processes do in-process. Tokens are named by
-``tx_id:index`` here, the identity the API exposes.
+``POST /api/v1/selections/`` and then spends (``/spend/``: the requested quantity and the change
+back to the wallet) or releases (``/release/``), as the replica processes do in-process. Tokens
+are named by ``tx_id:index`` here, the identity the API exposes. The server runs with the
+shipped defaults, rate limits included: a 429 is counted, and its ``Retry-After`` obeyed.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import http.client
 import json
 import math
 import multiprocessing
-import os
 import random
 import socket
 import subprocess
@@ -22,15 +22,15 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench import database, verify
-from bench.strategies import HTTP
+from bench import database, strategies, verify
+from bench.strategies import HTTP, OURS
 from bench.worker import Record
 from bench.workloads import Workload
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 API = "/api/v1/selections/"
 READY_TIMEOUT = 60.0
-WARM_UP = 3  # select-and-release cycles per client before the clock starts
+WARM_UP = 2  # select-and-release cycles per client before the clock starts
 
 
 def unavailable() -> str | None:
@@ -47,6 +47,15 @@ def unavailable() -> str | None:
     return None
 
 
+def api_key() -> str:
+    """Create an API key for every wallet with every right; return it."""
+    from clients.models import ApiKey
+
+    _, key = ApiKey.objects.create_key(name="bench", all_wallets=True, can_select=True,
+                                       can_issue=True, can_read=True)
+    return key
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -58,48 +67,105 @@ def _get(port: int, path: str) -> tuple[int, str]:
         return response.status, response.read().decode()
 
 
-def _start(workers: int, port: int, metrics_dir: str, log) -> subprocess.Popen:
-    env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=metrics_dir,
-               # Rate limits would measure the limiter, not selection.
-               SHERDLOCK_RATE_SELECTIONS_PER_KEY="off", SHERDLOCK_RATE_SELECTIONS_PER_WALLET="off")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "config.wsgi:application",
-         "-c", str(BASE_DIR / "config" / "gunicorn.py"), "--workers", str(workers),
-         "--bind", f"127.0.0.1:{port}", "--graceful-timeout", "5"],
-        cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + READY_TIMEOUT
-    while True:
+class Server:
+    """The web server of ``make run`` (``config.serve.web_command``), with the shipped settings.
+
+    ``workers`` sets ``WEB_CONCURRENCY`` as an operator would; None keeps ``make run``'s default.
+    """
+
+    def __init__(self, workers: int | None, log) -> None:
+        from config.serve import web_command
+
+        self.port = _free_port()
+        self._metrics = tempfile.TemporaryDirectory(prefix="bench-metrics-")
+        env = strategies.environment(HTTP)
+        env.pop("WEB_CONCURRENCY", None)
+        if workers is not None:
+            env["WEB_CONCURRENCY"] = str(workers)
+        env["PROMETHEUS_MULTIPROC_DIR"] = self._metrics.name
+        self.process = subprocess.Popen(
+            web_command(sys.executable, "127.0.0.1", self.port, env),
+            cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            try:
+                if _get(self.port, "/readyz")[0] == 200:
+                    return
+            except OSError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the web server did not become ready; see its log")
+            time.sleep(0.2)
+
+    def metrics(self) -> dict[str, float]:
+        """Read the selection outcome counters from /metrics (summed over workers)."""
+        _, text = _get(self.port, "/metrics")
+        counts: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith("sherdlock_selections_total{"):
+                outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
+                counts[outcome] = counts.get(outcome, 0) + float(line.rsplit(" ", 1)[1])
+        return counts
+
+    def stop(self) -> None:
+        """Stop the server and its workers."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._metrics.cleanup()
+
+
+class Api:
+    """One client connection speaking the selections API."""
+
+    def __init__(self, port: int, key: str) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        self.headers = {"Authorization": f"Api-Key {key}", "Content-Type": "application/json"}
+
+    def post(self, path: str, body: dict | None = None, headers: dict | None = None
+             ) -> tuple[int, dict, float | None]:
+        """POST ``body``; return (status, JSON body, Retry-After seconds or None)."""
+        self.conn.request("POST", path, json.dumps(body or {}), {**self.headers,
+                                                                 **(headers or {})})
+        response = self.conn.getresponse()
+        payload = response.read()
+        retry = response.getheader("Retry-After")
         try:
-            if _get(port, "/readyz")[0] == 200:
-                return process
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError("gunicorn did not become ready; see its log")
-        time.sleep(0.2)
+            data = json.loads(payload) if payload else {}
+        except ValueError:
+            data = {"code": "not_json"}
+        return response.status, data, float(retry) if retry else None
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def outputs(wallet: str, currency: str, total: int, quantity: int, payee: str | None = None
+            ) -> list[dict]:
+    """Return the spend outputs: ``quantity`` to ``payee`` (default: the wallet), change back."""
+    from bench.strategies import payment
+
+    return [{"index": i, "wallet": w, "currency": currency, "quantity": str(q)}
+            for i, (w, q) in enumerate(payment(total, quantity, wallet, payee))]
 
 
 def client(port: int, key: str, workload: Workload, index: int, seed: int, barrier,
            duration: float, results) -> None:  # pragma: no cover - runs in a client process
     """Select, then spend or release, until ``duration`` has passed; put the records."""
     rng = random.Random(seed)
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    headers = {"Authorization": f"Api-Key {key}", "Content-Type": "application/json"}
-
-    def post(path: str, body: dict | None = None) -> tuple[int, dict]:
-        conn.request("POST", path, json.dumps(body or {}), headers)
-        response = conn.getresponse()
-        payload = response.read()
-        return response.status, json.loads(payload) if payload else {}
-
+    api = Api(port, key)
     # Warm the workers (imports, connections, selector) outside the measured window.
     for k in range(WARM_UP):
         warm = f"warm-{index}-{k}"
-        if post(API, {"tx_id": warm, "wallet": workload.pick_wallet(rng),
-                      "currency": workload.currency,
-                      "quantity": str(workload.min_quantity)})[0] == 201:
-            post(f"{API}{warm}/release/")
+        if api.post(API, {"tx_id": warm, "wallet": workload.pick_wallet(rng),
+                          "currency": workload.currency,
+                          "quantity": str(workload.min_quantity)})[0] == 201:
+            api.post(f"{API}{warm}/release/")
     records = []
     barrier.wait()
     end_at = time.monotonic() + duration
@@ -108,101 +174,115 @@ def client(port: int, key: str, workload: Workload, index: int, seed: int, barri
         n += 1
         tx_id, wallet = f"http-{index}-{n}", workload.pick_wallet(rng)
         quantity = rng.randint(workload.min_quantity, workload.max_quantity)
-        status, body = post(API, {"tx_id": tx_id, "wallet": wallet,
-                                  "currency": workload.currency, "quantity": str(quantity)})
+        status, body, retry = api.post(API, {"tx_id": tx_id, "wallet": wallet,
+                                             "currency": workload.currency,
+                                             "quantity": str(quantity)})
         finished = time.monotonic()
         tokens, action, ended, error = (), "", finished, ""
         if status == 201:
             outcome = "selected"
-            held = body["tokens"]
-            tokens = tuple(f"{t['tx_id']}:{t['index']}" for t in held)
+            tokens = tuple(f"{t['tx_id']}:{t['index']}" for t in body["tokens"])
             if workload.hold:
                 time.sleep(rng.uniform(0, 2 * workload.hold))
             if rng.random() < workload.spend_ratio:
-                outputs = [{"index": i, "wallet": wallet, "currency": workload.currency,
-                            "quantity": t["quantity"]} for i, t in enumerate(held)]
-                status, body = post(f"{API}{tx_id}/spend/", {"outputs": outputs})
+                spend = outputs(wallet, workload.currency, int(body["total"]), quantity)
+                status, body, _ = api.post(f"{API}{tx_id}/spend/", {"outputs": spend})
                 action, ended = ("spent", math.inf) if status == 200 else ("spend_failed",
                                                                            time.monotonic())
             else:
                 ended = time.monotonic()
-                status, body = post(f"{API}{tx_id}/release/")
+                status, body, _ = api.post(f"{API}{tx_id}/release/")
                 action = "released" if status == 200 else "release_failed"
+            if status != 200:
+                error = f"{status} {body.get('code', '')}"
         elif status == 409 and body.get("code") in ("insufficient_funds", "funds_locked"):
             outcome = body["code"]
+        elif status == 429:
+            outcome = "rate_limited"
+            time.sleep(max(0.0, min(retry or 1.0, end_at - time.monotonic())))
         else:
             outcome, error = "error", f"{status} {body.get('code', '')}"
         records.append(Record(tx_id, wallet, quantity, started, finished - started, outcome,
                               tokens, finished, ended, action, None, error))
-    conn.close()
+    api.close()
     results.put(records)
 
 
-def _metrics(port: int) -> dict[str, float]:
-    """Read the selection outcome counters from /metrics (summed over workers)."""
-    _, text = _get(port, "/metrics")
-    counts: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("sherdlock_selections_total{"):
-            outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
-            counts[outcome] = counts.get(outcome, 0) + float(line.rsplit(" ", 1)[1])
-    return counts
+def server_errors(records) -> int:
+    """Count answers with a 5xx status (selections, spends and releases)."""
+    return sum(r.error[:1] == "5" for r in records)
 
 
 def measure(workload: Workload, workers: int, duration: float, key: str, seed: int,
-            log) -> dict:
-    """Measure one HTTP point on freshly reset data."""
+            supply: dict[str, int], log) -> dict:
+    """Measure one HTTP point with ``workers`` server workers and as many clients."""
     database.reset()
-    port = _free_port()
+    strategies.deploy(HTTP)
     context = multiprocessing.get_context("spawn")
-    with tempfile.TemporaryDirectory(prefix="bench-metrics-") as metrics_dir:
-        server = _start(workers, port, metrics_dir, log)
-        try:
-            barrier, results = context.Barrier(workers + 1), context.Queue()
-            clients = [context.Process(target=client, daemon=True, args=(
-                port, key, workload, i, seed * 1000 + i, barrier, duration, results))
-                for i in range(workers)]
-            for process in clients:
-                process.start()
-            barrier.wait(timeout=READY_TIMEOUT)
-            records = [r for _ in clients for r in results.get(timeout=duration + 120)]
-            for process in clients:
-                process.join(timeout=10)
-            metrics = _metrics(port)
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+    server = Server(workers, log)
+    try:
+        barrier, results = context.Barrier(workers + 1), context.Queue()
+        clients = [context.Process(target=client, daemon=True, args=(
+            server.port, key, workload, i, seed * 1000 + i, barrier, duration, results))
+            for i in range(workers)]
+        for process in clients:
+            process.start()
+        barrier.wait(timeout=READY_TIMEOUT)
+        records = [r for _ in clients for r in results.get(timeout=duration + 120)]
+        for process in clients:
+            process.join(timeout=10)
+        metrics = server.metrics()
+    finally:
+        server.stop()
     point = {"workload": workload.name, "strategy": HTTP, "replicas": workers,
              "duration_s": duration}
-    point.update(verify.figures(records, duration, workload.supply()))
-    stored = database.spent_tokens(by_identity=True)
+    point.update(verify.figures(records, duration, supply))
+    stored = database.spent_tokens(by_identity=True, prefix="http-")
     point["double_spends"] = verify.overlapping_holds(records) + verify.spent_twice(records,
                                                                                     stored)
     point["leaked_locks"] = database.leaked_locks()
-    point["supply_conserved"] = database.unspent_by_wallet() == workload.supply()
+    point["supply_conserved"] = database.unspent_by_wallet() == supply
+    point["rate_limited"] = point["outcomes"]["rate_limited"]
+    point["server_errors"] = server_errors(records)
     point["metrics"] = metrics
     return point
 
 
-def run_all(args, workload: Workload, say) -> tuple[list[dict], str | None]:
-    """Measure the HTTP path at every ``--http-replicas`` count; or say why it cannot."""
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
+
+
+def run_all(args, harness, make_workload, say) -> tuple[list[dict], str | None]:
+    """Measure ours-http and ours (library) at every ``--http-replicas`` on each HTTP workload.
+
+    Each pair runs back to back on the same data, so the ratio compares like with like.
+    """
     if note := unavailable():
         say(f"skipping {HTTP}: {note}")
         return [], note
-    from clients.models import ApiKey
-
-    _, key = ApiKey.objects.create_key(name="bench", all_wallets=True, can_select=True,
-                                       can_issue=True, can_read=True)
-    say(f"seeding {workload.title} for the HTTP path")
-    database.seed(workload.tokens, workload.currency)
-    points = []
+    key = api_key()
+    pairs = []
     log_path = args.out / "gunicorn.log"
     args.out.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log:
-        for workers in args.http_replicas:
-            point = measure(workload, workers, args.duration, key, args.seed, log)
-            points.append(point)
-            say(f"[http] {workload.name} R={workers} {HTTP}: "
-                f"{point['selections_per_s'] or 0:.1f} sel/s, p99 "
-                f"{point['latency_ms']['p99'] or 0:.1f} ms, /metrics {point['metrics']}")
-    return points, None
+        for name in args.http_workloads:
+            workload = make_workload(name, args)
+            say(f"seeding {workload.title} for the HTTP path")
+            supply = database.seed(workload.tokens, workload.currency)
+            for workers in args.http_replicas:
+                library = harness.measure(workload, OURS, workers, supply, tag="lib")
+                point = measure(workload, workers, args.duration, key, args.seed, supply, log)
+                pair = {"workload": name, "replicas": workers, "library": library,
+                        "http": point, "ratios": {
+                            "selections_per_s": _ratio(point["selections_per_s"],
+                                                       library["selections_per_s"]),
+                            "p99": _ratio(point["latency_ms"]["p99"],
+                                          library["latency_ms"]["p99"])}}
+                pairs.append(pair)
+                say(f"[http] {name:<10} R={workers:<3} {HTTP}: "
+                    f"{point['selections_per_s'] or 0:.1f} sel/s (ours "
+                    f"{library['selections_per_s'] or 0:.1f}), p99 "
+                    f"{point['latency_ms']['p99'] or 0:.1f} ms (ours "
+                    f"{library['latency_ms']['p99'] or 0:.1f}), 429: {point['rate_limited']}, "
+                    f"5xx: {point['server_errors']}")
+    return pairs, None

@@ -32,6 +32,7 @@ class Task:
     workload: Workload  # without its token rows: replicas only need the request shape
     replica: int
     seed: int
+    tag: str = ""  # prefix of the point's tx ids (default: the strategy's name)
 
 
 class Record(NamedTuple):
@@ -52,8 +53,12 @@ class Record(NamedTuple):
 
 
 def drive(task: Task, strategy, start_at: float, end_at: float) -> list[Record]:
-    """Select from the workload until ``end_at``; spend or release every selection."""
-    from bench.strategies import spend
+    """Select from the workload until ``end_at``; spend or release every selection.
+
+    A spend pays the requested quantity and gives the change (if any) back, both to the
+    selection's own wallet: the wallet's supply never changes.
+    """
+    from bench.strategies import payment, spend
     from sherdlock import FundsLocked, InsufficientFunds, WalletKey
 
     workload, rng = task.workload, random.Random(task.seed)
@@ -62,7 +67,7 @@ def drive(task: Task, strategy, start_at: float, end_at: float) -> list[Record]:
     n = 0
     while (started := time.monotonic()) < end_at:
         n += 1
-        tx_id = f"{task.strategy}-{task.replica}-{n}"
+        tx_id = f"{task.tag or task.strategy}-{task.replica}-{n}"
         key = WalletKey(workload.pick_wallet(rng), workload.currency)
         quantity = rng.randint(workload.min_quantity, workload.max_quantity)
         before = strategy.lock_attempts
@@ -84,7 +89,8 @@ def drive(task: Task, strategy, start_at: float, end_at: float) -> list[Record]:
             if workload.hold:
                 time.sleep(rng.uniform(0, 2 * workload.hold))
             if rng.random() < workload.spend_ratio:
-                ok, error = _twice(partial(spend, picked), error)
+                outputs = payment(picked.total, quantity, key.wallet)
+                ok, error = _twice(partial(spend, picked, outputs), error)
                 if ok:
                     strategy.spent(picked)
                     action, ended = "spent", math.inf
@@ -127,6 +133,7 @@ def serve(conn) -> None:  # pragma: no cover - runs in the replica process
     import django
 
     django.setup()
+    from django.conf import settings
     from django.db import connection
 
     from bench.strategies import build
@@ -136,12 +143,17 @@ def serve(conn) -> None:  # pragma: no cover - runs in the replica process
         try:
             strategy = build(task.strategy, task.seed)
             connection.ensure_connection()  # connect before the clock starts
-            conn.send(("ready", {"listening": getattr(strategy, "listening", None)}))
+            if isinstance(task, Task):
+                run = partial(drive, task, strategy)
+            else:  # a chain of payments (bench.chain), which readies its own threads first
+                run = task.prepare(strategy)
+            conn.send(("ready", {"listening": getattr(strategy, "listening", None),
+                                 "settings": dict(settings.SHERDLOCK)}))
             go = conn.recv()
             if go is None:
                 conn.send(("cancelled", None))
                 continue
-            records = drive(task, strategy, *go)
+            records = run(*go)
             # An idle replica must not keep working (a listener applying notifications)
             # while the next point is measured.
             getattr(strategy, "close", lambda: None)()
@@ -155,13 +167,15 @@ class ReplicaError(RuntimeError):
 
 
 class Pool:
-    """``size`` replica processes started once, with ``env`` added to their environment."""
+    """``size`` replica processes started once, with ``env`` as their whole environment."""
 
     def __init__(self, size: int, env: dict[str, str] | None = None) -> None:
         context = multiprocessing.get_context("spawn")
         self.conns, self.processes = [], []
-        saved = {name: os.environ.get(name) for name in (env or {})}
-        os.environ.update(env or {})  # a spawned child copies the parent's environment
+        saved = dict(os.environ)
+        if env is not None:  # a spawned child copies the parent's environment
+            os.environ.clear()
+            os.environ.update(env)
         try:
             for _ in range(size):
                 parent, child = context.Pipe()
@@ -171,11 +185,8 @@ class Pool:
                 self.conns.append(parent)
                 self.processes.append(process)
         finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+            os.environ.clear()
+            os.environ.update(saved)
         # Booting processes compete for the CPU: measure nothing until all have finished.
         for conn in self.conns:
             kind, detail = self._receive(conn)
@@ -186,10 +197,12 @@ class Pool:
     def size(self) -> int:
         return len(self.processes)
 
-    def run(self, tasks: list[Task], duration: float) -> tuple[list[Record], list[dict]]:
+    def run(self, tasks: list, duration: float, on_start=None) -> tuple[list, list[dict]]:
         """Run ``tasks`` on the first len(tasks) processes at once.
 
-        Return every record, and what each replica said about itself when ready.
+        ``on_start(start_at, end_at)``, if given, is called once every replica is ready, just
+        before they are told to go. Return every record, and what each replica said about
+        itself when ready.
         """
         conns = self.conns[: len(tasks)]
         for conn, task in zip(conns, tasks, strict=True):
@@ -198,6 +211,8 @@ class Pool:
         failed = [detail for kind, detail in replies if kind == "error"]
         ready = [conn for conn, (kind, _) in zip(conns, replies, strict=True) if kind == "ready"]
         start_at = time.monotonic() + START_DELAY
+        if on_start is not None and not failed:
+            on_start(start_at, start_at + duration)
         for conn in ready:
             conn.send(None if failed else (start_at, start_at + duration))
         results = [self._receive(conn) for conn in ready]

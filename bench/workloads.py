@@ -13,9 +13,8 @@ CURRENCY = "USD"
 class Workload:
     """Tokens to seed and the selection requests replicas make against them.
 
-    Spends pay the selected tokens back to their wallet as outputs of the same quantities, so
-    every wallet's supply and token-size distribution stay what they were seeded with: a long
-    run keeps measuring one workload instead of a drifting one, and since each wallet always
+    Spends pay the requested quantity and give the change back, both to the selection's own
+    wallet, so every wallet's supply stays what it was seeded with, and since each wallet always
     holds at least ``max_quantity``, every insufficient-funds answer is spurious.
     """
 
@@ -41,10 +40,11 @@ class Workload:
             totals[wallet] += quantity
         return dict(totals)
 
-    def check(self) -> None:
+    def check(self, supply: dict[str, int] | None = None) -> None:
         """Refuse a workload in which a request could exceed its wallet's whole supply."""
-        short = {w: s for w, s in self.supply().items() if s < self.max_quantity}
-        if short or not self.tokens:
+        supply = self.supply() if supply is None else supply
+        short = {w: supply.get(w, 0) for w in self.wallets if supply.get(w, 0) < self.max_quantity}
+        if short:
             raise ValueError(f"{self.name}: wallets hold less than a request may ask: {short}")
 
 
@@ -80,3 +80,13 @@ def hot_tokens(big: int, big_quantity: int, small: int, seed: int,
     low, high = int(big_quantity * 0.9), int(big_quantity * 1.5)
     return Workload("hot-tokens", f"hot tokens: {big} x {big_quantity} + {small} small",
                     ("hot-tokens",), low, high, tokens=tuple(rows), **options)
+
+
+def large(wallets: int, tokens_per_wallet: int, **options: object) -> Workload:
+    """Many wallets of many tokens of 1-20, generated in the database (``database.seed_generated``).
+
+    Requests of 1-50 from a random wallet, as on the spread workload.
+    """
+    names = tuple(f"large-{w}" for w in range(wallets))
+    return Workload("large", f"large: {wallets} wallets x {tokens_per_wallet} tokens", names,
+                    1, 50, **options)

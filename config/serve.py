@@ -78,6 +78,16 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
+def web_command(python: str, host: str, port: int, env: dict[str, str]) -> list[str]:
+    """Return the command line of the web server (the benchmarks start it the same way)."""
+    return [
+        python, "-m", "gunicorn", "config.wsgi:application",
+        "-c", str(BASE_DIR / "config" / "gunicorn.py"),
+        "--bind", f"{host}:{port}", "--workers", env.get("WEB_CONCURRENCY", "2"),
+        "--access-logfile", "-", "--graceful-timeout", "10",
+    ]
+
+
 def main() -> int:
     env = dict(os.environ)
     env.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -125,13 +135,7 @@ def main() -> int:
         say("applying migrations")
         subprocess.run([python, "manage.py", "migrate", "--noinput", "-v", "1"],
                        env=env, cwd=BASE_DIR, check=True)
-        workers = env.get("WEB_CONCURRENCY", "2")
-        children.append(spawn("web", [
-            python, "-m", "gunicorn", "config.wsgi:application",
-            "-c", str(BASE_DIR / "config" / "gunicorn.py"),
-            "--bind", f"{host}:{port}", "--workers", workers,
-            "--access-logfile", "-", "--graceful-timeout", "10",
-        ], env))
+        children.append(spawn("web", web_command(python, host, port, env), env))
         children.append(spawn("worker", [
             python, "-m", "celery", "-A", "config", "worker",
             "--loglevel", "INFO", "--concurrency", env.get("CELERY_CONCURRENCY", "1"),

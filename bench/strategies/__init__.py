@@ -1,38 +1,82 @@
 """The strategies compared: ours and its baselines, each as one replica process runs it.
 
-``ours`` and ``ours+listener`` are the shipped selector in replicas started with
-``SHERDLOCK_LISTEN=0`` and ``=1`` (the latter only when ``locks.listener`` exists);
-``seed-faithful`` and ``serialized`` are baselines in Python on the same connection; ``floor``
-is pgbench and runs outside the replica processes (``bench.strategies.floor``).
+``ours`` is the shipped selector with the shipped defaults (``config/settings.py``, no
+``SHERDLOCK_*`` variable from the caller's environment), ``ours+listener`` the same with
+``SHERDLOCK_LISTEN=1``. The baselines keep their own SQL and read their knobs from
+``settings.SHERDLOCK``; they run in replicas with ours' environment. ``floor`` is pgbench running
+our own statements, an informational reference outside the replica processes
+(``bench.strategies.floor``); it is not a baseline for the targets.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import random
 
-from bench.strategies.base import Picked, Strategy, spend
+from bench.strategies.base import Picked, Strategy, payment, spend
 
 OURS = "ours"
 LISTENER = "ours+listener"
-SEED = "seed-faithful"
 SERIALIZED = "serialized"
+ADVISORY = "serialized-advisory"
+SEED = "seed-faithful"
+SKIP_LOCKED = "skip-locked-statement"
+CACHE_BATCH = "cache-batch"
 FLOOR = "floor"
 HTTP = "ours-http"
-ALL = (OURS, LISTENER, SEED, SERIALIZED, FLOOR)
-# Strategies whose figures are divided by those of the baselines.
-CANDIDATES = (OURS, LISTENER, HTTP)
-BASELINES = (SEED, SERIALIZED, FLOOR)
-# Environment of the replica processes that run each strategy; the others share ours'.
-ENVIRONMENTS = {OURS: {"SHERDLOCK_LISTEN": "0"}, LISTENER: {"SHERDLOCK_LISTEN": "1"}}
+# What ours must beat at every target point.
+BASELINES = (SERIALIZED, ADVISORY, SEED, SKIP_LOCKED, CACHE_BATCH)
+ALL = (OURS, LISTENER, *BASELINES, FLOOR)
+# Strategies whose figures are divided by those of the baselines (and the floor).
+CANDIDATES = (OURS, LISTENER)
+
+# The one place that says which environment the replicas of each strategy run with: variables
+# set here override, every other SHERDLOCK_* variable of the caller is removed, so that ours
+# runs exactly what ships. Those that only say where things are stay.
+ENVIRONMENTS: dict[str, dict[str, str]] = {OURS: {}, LISTENER: {"SHERDLOCK_LISTEN": "1"}}
+KEPT = ("SHERDLOCK_DATA_DIR", "SHERDLOCK_TEST_DB")
+
+__all__ = ["ALL", "BASELINES", "CANDIDATES", "Picked", "Strategy", "build", "deploy",
+           "environment", "listener_available", "overrides", "payment", "spend"]
 
 
-def environment(name: str) -> dict[str, str]:
-    """Return the environment variables the replicas of strategy ``name`` run with."""
-    return ENVIRONMENTS.get(name, ENVIRONMENTS[OURS])
+def environment(name: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Return the whole environment the replicas of strategy ``name`` run with.
 
-__all__ = ["ALL", "BASELINES", "CANDIDATES", "Picked", "Strategy", "build", "environment",
-           "listener_available", "spend"]
+    ``base`` defaults to this process's environment; strategies without an entry of their own
+    (the baselines, the HTTP server) get ours'.
+    """
+    env = {k: v for k, v in (os.environ if base is None else base).items()
+           if not k.startswith("SHERDLOCK_") or k in KEPT}
+    env.update(ENVIRONMENTS.get(name, ENVIRONMENTS[OURS]))
+    return env
+
+
+def overrides(name: str) -> dict[str, str]:
+    """Return the variables strategy ``name`` sets on top of the shipped defaults."""
+    return dict(ENVIRONMENTS.get(name, ENVIRONMENTS[OURS]))
+
+
+def deploy(name: str) -> bool:
+    """Set the database up as a deployment with strategy ``name``'s settings would be.
+
+    Where replicas listen for cache notifications, the triggers that publish them are
+    installed (``locks.notifications``); elsewhere they are not, as ``migrate`` leaves them
+    for the setting. Return whether they are installed.
+    """
+    from django.conf import settings
+
+    value = overrides(name).get("SHERDLOCK_LISTEN")
+    listen = (bool(settings.SHERDLOCK.get("LISTEN")) if value is None
+              else value.strip().lower() in ("1", "true", "yes", "on"))
+    if importlib.util.find_spec("locks.notifications") is None:
+        return True  # an older schema publishes from triggers that are always there
+    from locks import notifications
+
+    if listen != notifications.installed():
+        (notifications.install if listen else notifications.uninstall)()
+    return listen
 
 
 def listener_available() -> bool:
@@ -55,4 +99,16 @@ def build(name: str, seed: int) -> Strategy:
         from bench.strategies.serialized import Serialized
 
         return Serialized(rng)
+    if name == ADVISORY:
+        from bench.strategies.advisory import SerializedAdvisory
+
+        return SerializedAdvisory(rng)
+    if name == SKIP_LOCKED:
+        from bench.strategies.skiplocked import SkipLockedStatement
+
+        return SkipLockedStatement(rng)
+    if name == CACHE_BATCH:
+        from bench.strategies.cachebatch import CacheBatch
+
+        return CacheBatch(rng)
     raise ValueError(f"{name!r} does not run in replica processes")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -10,10 +11,12 @@ from django.db import connection
 from sherdlock import Candidate, WalletKey
 
 # Spend a selection in one statement: row-lock its tokens, check that every one is unspent and
-# still locked by this selection (tx id and fence, unexpired), mark them spent and pay their
-# quantities back to the wallet as new tokens. All or nothing: if one check fails, nothing is
+# still locked by this selection (tx id and fence, unexpired), mark them spent and create the
+# outputs (wallet, quantity) as new tokens. All or nothing: if one check fails, nothing is
 # written and the statement reports 0 spent. Strategies differ in how they select; spending is
-# the same for all, so it does not tilt the comparison.
+# the same for all, so it does not tilt the comparison. The lock rows stay, as the seed design
+# has it: the baselines rely on them to see spent tokens as taken. (The service's spend removes
+# them; its lock statements re-check a token's spent mark under the token's row lock instead.)
 SPEND = """
 WITH held AS (
     SELECT t.id
@@ -31,8 +34,9 @@ spent AS (
 ),
 outputs AS (
     INSERT INTO tokens_token (tx_id, "index", wallet, currency, quantity)
-    SELECT %(tx_id)s, o.n - 1, %(wallet)s, %(currency)s, o.quantity
-    FROM unnest(%(quantities)s::numeric[]) WITH ORDINALITY AS o(quantity, n)
+    SELECT %(tx_id)s, o.n - 1, o.wallet, %(currency)s, o.quantity
+    FROM unnest(%(wallets)s::text[], %(quantities)s::numeric[])
+         WITH ORDINALITY AS o(wallet, quantity, n)
     WHERE (SELECT count(*) FROM spent) = %(count)s
     RETURNING id
 )
@@ -55,6 +59,11 @@ class Picked:
         """Return the ids of the locked tokens."""
         return [c.token_id for c in self.tokens]
 
+    @property
+    def total(self) -> int:
+        """Return the sum of the locked tokens."""
+        return sum(c.quantity for c in self.tokens)
+
 
 class Strategy(Protocol):
     """A way to select and lock tokens, as one replica process runs it."""
@@ -76,13 +85,29 @@ class Strategy(Protocol):
         ...
 
 
-def spend(picked: Picked) -> bool:
-    """Spend ``picked``, paying its quantities back to its wallet; False if a lock was lost."""
+def payment(total: int, quantity: int, wallet: str, payee: str | None = None
+            ) -> list[tuple[str, int]]:
+    """Return the outputs of paying ``quantity`` out of ``total``: payment, then any change.
+
+    The payment goes to ``payee`` (default: back to ``wallet``, so the wallet's supply stays
+    what it was); the change ``total - quantity`` always goes back to ``wallet``.
+    """
+    if not 0 < quantity <= total:
+        raise ValueError(f"cannot pay {quantity} out of {total}")
+    outputs = [(payee or wallet, quantity)]
+    if total > quantity:
+        outputs.append((wallet, total - quantity))
+    return outputs
+
+
+def spend(picked: Picked, outputs: Sequence[tuple[str, int]]) -> bool:
+    """Spend ``picked`` into ``outputs`` (wallet, quantity); False if a lock was lost."""
     with connection.cursor() as cursor:
         cursor.execute(SPEND, {
             "ids": picked.token_ids, "tx_id": picked.tx_id, "fence": picked.fence,
-            "count": len(picked.tokens), "wallet": picked.key.wallet,
-            "currency": picked.key.currency, "quantities": [c.quantity for c in picked.tokens],
+            "count": len(picked.tokens), "currency": picked.key.currency,
+            "wallets": [wallet for wallet, _ in outputs],
+            "quantities": [quantity for _, quantity in outputs],
         })
         spent, _ = cursor.fetchone()
     return spent == len(picked.tokens)

@@ -1,7 +1,8 @@
 """Floor: pgbench running our own FETCH_AND_LOCK and UNLOCK statements at the same concurrency.
 
 No Python, no cache, no retries: the two statements of a select-and-release cycle, back to
-back, from C clients. What this PostgreSQL on this machine can do at best with our SQL.
+back, from C clients. What this PostgreSQL on this machine can do at best with our SQL: an
+informational reference, not a baseline for the targets.
 """
 
 from __future__ import annotations
@@ -30,6 +31,19 @@ def pgbench_binary() -> str | None:
         if os.access(wheel, os.X_OK):
             return str(wheel)
     return shutil.which("pgbench")
+
+
+def unavailable() -> str | None:
+    """Return why the floor cannot run here, or None when it can."""
+    if pgbench_binary() is None:
+        return "pgbench not found"
+    try:
+        script(Workload("probe", "probe", ("w",), 1, 2), 64, 60.0)
+    except (AttributeError, KeyError) as exc:
+        # The floor replays our own statements: if their names or parameters changed, it must
+        # be taught the new ones rather than measure something else.
+        return f"our statements changed shape ({exc!r}); bench/strategies/floor.py needs updating"
+    return None
 
 
 def script(workload: Workload, limit: int, lease: float) -> str:

@@ -11,23 +11,12 @@ on abort, and the same randomized backoff between rounds.
 from __future__ import annotations
 
 import random
-import time
 
-from django.conf import settings
 from django.db import connection
 
 from bench.strategies.base import Picked
-from locks.replica import selector_config
-from sherdlock import Candidate, FundsLocked, InsufficientFunds, WalletKey
-
-# This baseline keeps its own SQL, so the comparison stays fixed while ours changes.
-NEXT_FENCE = "SELECT nextval('locks_fence_seq')"
-UNLOCK_ALL = """
-DELETE FROM locks_tokenlock WHERE token_id IN (
-    SELECT token_id FROM locks_tokenlock
-    WHERE spender_tx_id = %(tx_id)s AND fence = %(fence)s
-    ORDER BY token_id FOR UPDATE)
-"""
+from bench.strategies.baseline import NEXT_FENCE, Baseline, Short
+from sherdlock import Candidate, WalletKey
 
 # Every unspent token of the wallet, whatever its lock state; the design shuffles client-side.
 SEED_FETCH = """
@@ -46,37 +35,27 @@ ON CONFLICT (token_id) DO NOTHING
 """
 
 
-class SeedFaithful:
+class SeedFaithful(Baseline):
     """One replica running the seed algorithm with the shipped retry and backoff settings."""
 
     name = "seed-faithful"
 
     def __init__(self, rng: random.Random | None = None) -> None:
-        self.config = selector_config()
-        self.lease = float(settings.SHERDLOCK["LEASE_SECONDS"])
-        self.rng = rng or random.Random()
+        super().__init__(rng)
         self.cache: dict[WalletKey, list[Candidate]] = {}
-        self.lock_attempts = 0
-
-    def _execute(self, statement: str, params: dict[str, object]):
-        with connection.cursor() as cursor:
-            cursor.execute(statement, params)
-            return cursor.fetchall() if cursor.description else cursor.rowcount
+        self._fence: int | None = None
 
     def select(self, tx_id: str, key: WalletKey, quantity: int) -> Picked:
-        fence = int(self._execute(NEXT_FENCE, {})[0][0])
-        backoff = self.config.backoff
-        for attempt in range(backoff.attempts + 1):
-            if attempt:
-                time.sleep(backoff.delay(self.rng))
-            try:
-                return self._round(tx_id, key, quantity, fence)
-            except FundsLocked:
-                if attempt == backoff.attempts:
-                    raise
-        raise AssertionError("unreachable")
+        self._fence = int(self.execute(NEXT_FENCE, {})[0][0])  # one for every round
+        return super().select(tx_id, key, quantity)
 
-    def _round(self, tx_id: str, key: WalletKey, quantity: int, fence: int) -> Picked:
+    def _count(self, statement: str, params: dict[str, object]) -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(statement, params)
+            return cursor.rowcount
+
+    def _round(self, tx_id: str, key: WalletKey, quantity: int) -> Picked:
+        fence = self._fence
         queue = self.cache.setdefault(key, [])
         locked: list[Candidate] = []
         total = 0
@@ -88,34 +67,29 @@ class SeedFaithful:
                 if queue:
                     candidate = queue.pop()
                     self.lock_attempts += 1
-                    if self._execute(SEED_LOCK_ONE, {
+                    if self._count(SEED_LOCK_ONE, {
                         "token_id": candidate.token_id, "tx_id": tx_id, "fence": fence,
-                        "lease": self.lease, "wallet": key.wallet, "currency": key.currency,
-                        "quantity": candidate.quantity,
+                        "lease": self.knobs.lease, "wallet": key.wallet,
+                        "currency": key.currency, "quantity": candidate.quantity,
                     }):
                         locked.append(candidate)
                         total += candidate.quantity
                     else:
                         maybe_more = True  # its holder may release it
                     continue
-                if not maybe_more:
-                    raise InsufficientFunds(key, quantity, total)
-                if retries > self.config.max_retries:
-                    raise FundsLocked(key, quantity, total, self.config.retry_after)
+                if not maybe_more or retries > self.knobs.max_retries:
+                    raise Short()
                 retries += 1
-                rows = self._execute(SEED_FETCH, {"wallet": key.wallet,
-                                                  "currency": key.currency})
+                rows = self.execute(SEED_FETCH, {"wallet": key.wallet,
+                                                 "currency": key.currency})
                 queue[:] = [Candidate(int(i), int(q)) for i, q in rows]
                 self.rng.shuffle(queue)
                 maybe_more = False
         except BaseException:
             if locked:
-                self._execute(UNLOCK_ALL, {"tx_id": tx_id, "fence": fence})
+                self.unlock(tx_id, fence)
             raise
         return Picked(tx_id, key, fence, tuple(locked))
-
-    def release(self, picked: Picked) -> None:
-        self._execute(UNLOCK_ALL, {"tx_id": picked.tx_id, "fence": picked.fence})
 
     def spent(self, picked: Picked) -> None:
         """Do nothing: the seed learns of spent tokens from conflicts and refetches."""
