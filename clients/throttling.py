@@ -83,15 +83,16 @@ CONSUME = {durable: CONSUME_TEMPLATE.format(
 # wallet shard instead of one per key and wallet ever seen. There is no index on updated_at (one
 # would slow every CONSUME), so a batch reads the table until it has found its rows. SKIP LOCKED
 # passes over buckets being consumed right now, and the repeated predicate keeps a bucket
-# touched after it was picked.
+# touched after it was picked. The batch is drawn once into an array: an ``IN (subquery)`` the
+# planner rescans would draw a new batch per rescan (see locks.housekeeping).
 PRUNE_IDLE = """
 DELETE FROM clients_ratebucket
-WHERE key IN (
+WHERE key = ANY(ARRAY(
     SELECT key FROM clients_ratebucket
     WHERE updated_at <= statement_timestamp() - period * interval '1 second'
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
+))
 AND updated_at <= statement_timestamp() - period * interval '1 second'
 """
 

@@ -33,6 +33,12 @@ logger = logging.getLogger(__name__)
 # level: both kinds of advisory lock on one key conflict with each other.
 GUARD_KEY = int.from_bytes(b"sherdlhk", "big")
 
+# Every batch below is drawn once, into an array (an InitPlan). Written as ``IN (SELECT ...
+# LIMIT n FOR UPDATE SKIP LOCKED)`` the planner may put the subquery on the inner side of a
+# nested loop and rescan it per outer row; a rescan skips the rows this statement has already
+# deleted (they are its own, so FOR UPDATE passes over them) and draws the next n, and one
+# "batch" becomes the whole table. Which plan is chosen depends on the table's statistics.
+
 # Remove up to %(limit)s locks of tokens spent at least %(grace)s seconds ago. The rows are kept
 # that long after a spend so that replicas with the token in their cache see it locked and move
 # on instead of trying it (the design's note on spent tokens); after that the cache has been
@@ -40,13 +46,13 @@ GUARD_KEY = int.from_bytes(b"sherdlhk", "big")
 # primary-key probe into the token table per lock row.
 DELETE_SPENT = """
 DELETE FROM locks_tokenlock
-WHERE token_id IN (
+WHERE token_id = ANY(ARRAY(
     SELECT l.token_id
     FROM locks_tokenlock l JOIN tokens_token t ON t.id = l.token_id
     WHERE t.spent_at <= now() - %(grace)s * interval '1 second'
     LIMIT %(limit)s
     FOR UPDATE OF l SKIP LOCKED
-)
+))
 """
 
 # Remove up to %(limit)s locks whose lease ended at least %(grace)s seconds ago (database clock,
@@ -59,13 +65,13 @@ WHERE token_id IN (
 DELETE_EXPIRED = """
 WITH gone AS (
     DELETE FROM locks_tokenlock
-    WHERE token_id IN (
+    WHERE token_id = ANY(ARRAY(
         SELECT token_id
         FROM locks_tokenlock
         WHERE expires_at <= now() - %(grace)s * interval '1 second'
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
-    )
+    ))
     AND expires_at <= now() - %(grace)s * interval '1 second'
     RETURNING wallet, currency
 ),{wake}
@@ -80,26 +86,26 @@ SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM woken)
 # all: the spend or release records its own outcome).
 SETTLE_EXPIRED = """
 UPDATE locks_selection SET status = 'expired'
-WHERE id IN (
+WHERE id = ANY(ARRAY(
     SELECT id FROM locks_selection
     WHERE status = 'locked' AND expires_at <= now() - %(grace)s * interval '1 second'
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
+))
 AND status = 'locked'
 """
 
 # The run log and the dashboard's failed-selection log are history, not state: keep
 # HOUSEKEEPING_HISTORY_DAYS of each, removed in the same bounded batches.
 PRUNE_RUNS = """
-DELETE FROM locks_housekeepingrun WHERE id IN (
+DELETE FROM locks_housekeepingrun WHERE id = ANY(ARRAY(
     SELECT id FROM locks_housekeepingrun
-    WHERE started_at < now() - %(days)s * interval '1 day' LIMIT %(limit)s)
+    WHERE started_at < now() - %(days)s * interval '1 day' LIMIT %(limit)s))
 """
 PRUNE_FAILED_SELECTIONS = """
-DELETE FROM locks_failedselection WHERE id IN (
+DELETE FROM locks_failedselection WHERE id = ANY(ARRAY(
     SELECT id FROM locks_failedselection
-    WHERE created_at < now() - %(days)s * interval '1 day' LIMIT %(limit)s)
+    WHERE created_at < now() - %(days)s * interval '1 day' LIMIT %(limit)s))
 """
 
 # Spent first, so that a spent token's lock is counted as "spent" even when its lease has also

@@ -127,6 +127,27 @@ def test_each_statement_removes_at_most_a_batch():
     assert run.expired_removed == 5 and remaining() == set()
 
 
+@pytest.mark.parametrize("plan", ["default", "nested loop rescanning the batch"])
+def test_a_batch_stays_a_batch_whatever_the_plan(plan):
+    # With these plan types off, an ``IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`` batch is
+    # the inner side of a nested loop, rescanned per outer row, and each rescan draws a new batch
+    # (PostgreSQL then deletes all five rows in one statement).
+    for token in make_tokens(5):
+        make_lock(token, ttl=-60)
+    settings = ("enable_hashjoin", "enable_mergejoin", "enable_material", "enable_hashagg",
+                "enable_sort", "enable_indexscan", "enable_bitmapscan")
+    with connection.cursor() as cursor:
+        if plan != "default":
+            for name in settings:
+                cursor.execute(f"SET {name} = off")
+        try:
+            first = run_housekeeping(batch_size=2, max_batches=1, grace_seconds=0)
+        finally:
+            for name in settings:
+                cursor.execute(f"RESET {name}")
+    assert first.expired_removed == 2 and len(remaining()) == 3
+
+
 def test_max_batches_ends_a_pass_early_and_the_next_pass_finishes():
     for token in make_tokens(5):
         make_lock(token, ttl=-60)
