@@ -1,15 +1,19 @@
 """Run the application's own statements on Django's connections, prepared and typed.
 
 Django's cursors bind parameters on the client, so PostgreSQL plans every query afresh; for the
-hot statements planning costs more than running them. These run through a server-binding cursor
-instead (one per server connection, reused), which psycopg prepares on the server once a
-statement has run ``prepare_threshold`` times on that connection. They still go through
-Django's cursor wrapper, so Django logs them (``CaptureQueriesContext``, DEBUG) and turns driver
-errors into ``django.db`` errors, marking the connection for its health check.
+hot statements planning costs more than running them. These run through a cursor that sends
+parameters separately (one per server connection, reused), which psycopg prepares on the server
+once a statement has run ``prepare_threshold`` times on that connection. Statements are written
+with named parameters (``%(name)s``) and turned into PostgreSQL's own ``$1 .. $n`` once, so
+nothing parses a statement's text on the way out. They still go through Django's cursor
+wrapper, so Django logs them (``CaptureQueriesContext``, DEBUG) and turns driver errors into
+``django.db`` errors, marking the connection for its health check.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 import threading
 import weakref
 from typing import Any
@@ -19,10 +23,27 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from psycopg.types.numeric import Int8Dumper
 
-_cursors: weakref.WeakKeyDictionary[psycopg.Connection, psycopg.Cursor] = (
+_cursors: weakref.WeakKeyDictionary[psycopg.Connection, psycopg.RawCursor] = (
     weakref.WeakKeyDictionary()
 )
 _lock = threading.Lock()
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
+
+
+@functools.lru_cache(maxsize=256)
+def native(statement: str) -> tuple[str, tuple[str, ...]]:
+    """Return ``statement`` with ``$n`` placeholders, and the parameter name of each ``$n``."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return "%"
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return _PLACEHOLDER.sub(number, statement), tuple(names)
 
 
 def prepare_threshold() -> int | None:
@@ -30,8 +51,8 @@ def prepare_threshold() -> int | None:
     return settings.SHERDLOCK["PREPARE_THRESHOLD"]
 
 
-def cursor(using: str = DEFAULT_DB_ALIAS, threshold: int | None = -1) -> psycopg.Cursor:
-    """Return the server-binding cursor of this thread's connection to ``using``."""
+def cursor(using: str = DEFAULT_DB_ALIAS, threshold: int | None = -1) -> psycopg.RawCursor:
+    """Return the statement cursor of this thread's connection to ``using``."""
     connection = connections[using]
     connection.close_if_health_check_failed()
     connection.ensure_connection()
@@ -39,7 +60,7 @@ def cursor(using: str = DEFAULT_DB_ALIAS, threshold: int | None = -1) -> psycopg
     found = _cursors.get(raw)
     if found is None or found.closed:
         raw.prepare_threshold = prepare_threshold() if threshold == -1 else threshold
-        found = psycopg.Cursor(raw)
+        found = psycopg.RawCursor(raw)
         # Ids, fences and limits always travel as int8, so that one prepared statement
         # serves every call (psycopg would pick int2, int4 or int8 by value).
         found.adapters.register_dumper(int, Int8Dumper)
@@ -49,11 +70,12 @@ def cursor(using: str = DEFAULT_DB_ALIAS, threshold: int | None = -1) -> psycopg
 
 
 def execute(statement: str, params: dict[str, Any], using: str = DEFAULT_DB_ALIAS,
-            threshold: int | None = -1) -> psycopg.Cursor:
-    """Execute ``statement`` and return the cursor holding its result."""
+            threshold: int | None = -1) -> psycopg.RawCursor:
+    """Execute ``statement`` with its named ``params``; return the cursor holding its result."""
     connection = connections[using]
     raw_cursor = cursor(using, threshold)
+    text, names = native(statement)
     wrapper = (connection.make_debug_cursor(raw_cursor) if connection.queries_logged
                else connection.make_cursor(raw_cursor))
-    wrapper.execute(statement, params)
+    wrapper.execute(text, [params[name] for name in names])
     return raw_cursor

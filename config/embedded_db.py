@@ -26,7 +26,13 @@ DATABASE_NAME = "sherdlock"
 SUPERUSER = "postgres"
 PORT = 5432
 # Tests start many replica processes; the stock 100 connections run out under a stress run.
-SERVER_OPTIONS = ("-c", "max_connections=300", "-c", "shared_buffers=256MB")
+# pg_stat_statements is loaded so that statement costs can be read in place
+# (CREATE EXTENSION pg_stat_statements; docs/performance.md).
+# Pages are in memory or on SSD: a random read costs about what a sequential one does, which
+# keeps the planner on index lookups for small, fast-changing tables (the lock table).
+SERVER_OPTIONS = ("-c", "max_connections=300", "-c", "shared_buffers=256MB",
+                  "-c", "shared_preload_libraries=pg_stat_statements",
+                  "-c", "random_page_cost=1.1", "-c", "autovacuum_naptime=10s")
 
 
 class EmbeddedDatabaseError(RuntimeError):

@@ -46,7 +46,9 @@ gate AS MATERIALIZED (
 OPEN = "(SELECT open FROM gate)"
 
 # A token is free when no live lock row names it. Evaluated against the statement's snapshot: a
-# lock committed after it is caught by ON CONFLICT in the insert.
+# lock committed after it is caught by ON CONFLICT in the insert. The plan this gets is the
+# reason the lock table is analysed often (migration 0009): planned while the table was nearly
+# empty, the anti-join walks the whole table where it should look each token up by key.
 FREE = """NOT EXISTS (
           SELECT FROM locks_tokenlock l WHERE l.token_id = t.id AND l.expires_at > now())"""
 
