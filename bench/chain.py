@@ -64,6 +64,7 @@ class ChainTask:
     wallet: str = WALLET
     payee: str = PAYEE
     currency: str = "USD"
+    wait: float | None = None  # seconds a selection may wait its turn (strategies that can)
 
     def prepare(self, strategy) -> Callable[[float, float], list[Payment]]:
         """Connect the threads (before the clock starts); return the function that runs them."""
@@ -124,7 +125,10 @@ class ChainTask:
                 return failed("timed out")
             attempts += 1
             try:
-                picked = strategy.select(tx_id, key, 1)
+                if self.wait and hasattr(strategy, "select_waiting"):
+                    picked = strategy.select_waiting(tx_id, key, 1, self.wait)
+                else:
+                    picked = strategy.select(tx_id, key, 1)
             except FundsLocked as exc:
                 locked += 1
                 time.sleep(max(0.0, min(jittered(exc.retry_after, rng),
@@ -192,19 +196,25 @@ def audit(payments: list[Payment], n: int, by_identity: bool, prefix: str) -> di
 
 
 def run(harness, strategy: str, n: int, processes: int, timeout: float, seed: int,
-        say) -> dict:
-    """Run the chain in the library: N payments in sequence, then N at once."""
+        say, wait: float | None = None) -> dict:
+    """Run the chain in the library: N payments in sequence, then N at once.
+
+    With ``wait``, a selection that finds the funds held waits its turn in the key's queue
+    (as the service's ``Prefer: wait`` does) instead of answering funds locked at once.
+    """
     supply = database.seed(((WALLET, n),), "USD")
-    out: dict[str, object] = {"strategy": strategy, "payments": n, "processes": processes}
+    out: dict[str, object] = {"strategy": strategy, "payments": n, "processes": processes,
+                              "wait": wait}
     pool = harness.pool(strategy)
     for mode in ("sequential", "concurrent"):
         database.reset()
         strategies.deploy(strategy)
         numbers = tuple(range(n))
         if mode == "sequential":
-            tasks = [ChainTask(strategy, numbers, seed, "seq", False)]
+            tasks = [ChainTask(strategy, numbers, seed, "seq", False, wait=wait)]
         else:
-            tasks = [ChainTask(strategy, numbers[i::processes], seed + i, "chain", True)
+            tasks = [ChainTask(strategy, numbers[i::processes], seed + i, "chain", True,
+                               wait=wait)
                      for i in range(min(processes, n))]
         payments, _ = pool.run(tasks, timeout)
         result = summary(payments)

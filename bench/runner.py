@@ -81,8 +81,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="processes the chain's payments (threads) are spread over")
     parser.add_argument("--chain-timeout", type=float, default=60.0,
                         help="seconds after which an unfinished payment counts as an error")
-    parser.add_argument("--chain-wait", type=float, default=None, metavar="SECONDS",
-                        help="ask the server to wait for locked funds (Prefer: wait=N)")
+    parser.add_argument("--chain-wait", type=float, default=30.0, metavar="SECONDS",
+                        help="a selection may wait this long for held funds, in the key's "
+                             "queue (Prefer: wait=N over HTTP); 0 answers funds locked at "
+                             "once and the payment retries after the advice it was given")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--database", default=database.DEFAULT_NAME,
                         help="database to create and use on the server (emptied!)")
@@ -292,7 +294,8 @@ def _run(args: argparse.Namespace, started: float) -> int:
         if args.chain_payments:
             sections["chain"] = {
                 "library": chain.run(harness, strategies.OURS, args.chain_payments,
-                                     args.chain_processes, args.chain_timeout, args.seed, say),
+                                     args.chain_processes, args.chain_timeout, args.seed, say,
+                                     args.chain_wait),
             }
     finally:
         harness.close()

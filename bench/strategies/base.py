@@ -8,6 +8,7 @@ from typing import Protocol
 
 from django.db import connection
 
+from locks.sql import waiting as waiting_sql
 from sherdlock import Candidate, WalletKey
 
 # Spend a selection in one statement: row-lock its tokens, check that every one is unspent and
@@ -17,6 +18,8 @@ from sherdlock import Candidate, WalletKey
 # the same for all, so it does not tilt the comparison. The lock rows stay, as the seed design
 # has it: the baselines rely on them to see spent tokens as taken. (The service's spend removes
 # them; its lock statements re-check a token's spent mark under the token's row lock instead.)
+# Like the service's spend, it wakes requests waiting for the wallets it pays into (the chain
+# waits so); with nobody waiting that is one probe of an empty index.
 SPEND = """
 WITH held AS (
     SELECT t.id
@@ -38,10 +41,11 @@ outputs AS (
     FROM unnest(%(wallets)s::text[], %(quantities)s::numeric[])
          WITH ORDINALITY AS o(wallet, quantity, n)
     WHERE (SELECT count(*) FROM spent) = %(count)s
-    RETURNING id
-)
-SELECT (SELECT count(*) FROM spent), (SELECT count(*) FROM outputs)
-"""
+    RETURNING id, wallet
+),{wake}
+SELECT (SELECT count(*) FROM spent), (SELECT count(*) FROM outputs), (SELECT count(*) FROM woken)
+""".format(wake=waiting_sql.WAKE.format(keys="SELECT wallet, %(currency)s::text FROM outputs",
+                                        when="true").rstrip(","))
 
 
 @dataclass(frozen=True)
@@ -109,5 +113,5 @@ def spend(picked: Picked, outputs: Sequence[tuple[str, int]]) -> bool:
             "wallets": [wallet for wallet, _ in outputs],
             "quantities": [quantity for _, quantity in outputs],
         })
-        spent, _ = cursor.fetchone()
+        spent, _, _ = cursor.fetchone()
     return spent == len(picked.tokens)

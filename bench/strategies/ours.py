@@ -66,6 +66,26 @@ class Ours:
         selection = self.selector.select(tx_id, key.wallet, key.currency, quantity)
         return Picked(tx_id, key, selection.fence, selection.tokens, selection)
 
+    def select_waiting(self, tx_id: str, key: WalletKey, quantity: int,
+                       seconds: float) -> Picked:
+        """Select, waiting up to ``seconds`` in the key's queue while others hold the funds.
+
+        What the service does for ``Prefer: wait``: impatient attempts (no sleeping inside the
+        selector), the queue of ``locks.waiting`` between them; a process with no free waiting
+        slot makes one attempt, as the service answers such a request.
+        """
+        from locks import waiting
+
+        def attempt():
+            return self.selector.select(tx_id, key.wallet, key.currency, quantity,
+                                        patient=False)
+
+        try:
+            selection = waiting.wait_for(key, seconds, attempt)
+        except waiting.QueueFull:
+            selection = attempt()
+        return Picked(tx_id, key, selection.fence, selection.tokens, selection)
+
     def release(self, picked: Picked) -> None:
         self.selector.release(picked.handle)
 

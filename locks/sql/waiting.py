@@ -80,7 +80,7 @@ GROUP BY wallet, currency
 
 # Remove waiters whose deadline passed (their process died while waiting), in bounded batches.
 PRUNE = """
-DELETE FROM locks_waiter WHERE id IN (
+DELETE FROM locks_waiter WHERE id = ANY(ARRAY(
     SELECT id FROM locks_waiter WHERE expires_at <= now() - %(grace)s * interval '1 second'
-    LIMIT %(limit)s)
+    LIMIT %(limit)s))
 """
