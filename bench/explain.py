@@ -2,8 +2,9 @@
 
 Seeds the benchmark database with ``--wallets`` x ``--tokens-per-wallet`` tokens (default
 100 x 10,000: one million; ``--reuse`` keeps them when already there), then runs ``--cycles``
-selection cycles through the service layer in this process, one replica: select a few units of
-a random wallet, then spend half of them into payment and change and release the other half,
+selection cycles through the service layer in this process, one replica: take a unit of the
+rate limits of a key and of a random wallet (as the REST path does), select a few units of that
+wallet, then spend half of the selections into payment and change and release the other half,
 extending every tenth first. Housekeeping runs once at the end over a batch of expired locks.
 
 Two passes:
@@ -97,10 +98,10 @@ def seed(args: argparse.Namespace) -> None:
 
     expected = args.wallets * args.tokens_per_wallet
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM tokens_token WHERE wallet LIKE %s",
-                       [PREFIX + "%"])
+        cursor.execute("SELECT count(*) FROM tokens_token "
+                       "WHERE tx_id = 'bench-seed' AND wallet LIKE %s", [PREFIX + "%"])
         present = cursor.fetchone()[0]
-    if args.reuse and present == expected:
+    if args.reuse and present == expected:  # the seed's own tokens; spends add others
         say(f"reusing the {present:,} tokens already seeded")
     else:
         say(f"seeding {expected:,} tokens")
@@ -118,19 +119,28 @@ class Cycles:
         self.rng = random.Random(seed)
         self.wallets = wallets
         self.count = 0
+        self.last_wallet = ""
 
-    def one(self, kind: str | None = None) -> str:
+    def one(self, kind: str | None = None, wallet: str | None = None) -> str:
+        from clients import throttling
         from locks import services
         from tokens.services import TokenSpec
 
         self.count += 1
         tx_id = f"explain-{os.getpid()}-{self.count}"
-        wallet = f"{PREFIX}{self.rng.randrange(self.wallets)}"
+        wallet = wallet or f"{PREFIX}{self.rng.randrange(self.wallets)}"
+        self.last_wallet = wallet
+        # What the REST path adds before a selection: the rolling rate limits of the key and
+        # the wallet, at their defaults.
+        rates = throttling.configured_rates()
+        throttling.consume({"selections_per_key:explain": rates["selections_per_key"],
+                            f"selections_per_wallet:{wallet}": rates["selections_per_wallet"]},
+                           self.rng)
         selection, _ = services.select_tokens(tx_id, wallet, CURRENCY, self.rng.randint(1, 30))
         kind = kind or ("spend" if self.count % 2 else "release")
         if self.count % 10 == 0 or kind == "extend":
             services.extend_selection(tx_id, 30)
-        if kind == "spend":
+        if kind in ("spend", "extend"):
             total = int(selection.total)
             pay = self.rng.randint(1, total)
             outputs = [TokenSpec(tx_id, 0, f"{PREFIX}{self.rng.randrange(self.wallets)}",
@@ -165,7 +175,24 @@ def server_times(names: dict[str, str]) -> list[dict]:
     return found
 
 
-PLAN = re.compile(r"Query Text: (?P<query>.*?)\n(?P<plan>(?:[ \t]*\S.*(?:\n|$))+)", re.S)
+# auto_explain's text: "duration: ... plan:", "Query Text: <statement, many lines>", then the
+# plan, whose first line is the root node with its cost and actual figures.
+ROOT_NODE = re.compile(r"\(cost=[^)]*\) \(actual ")
+
+
+def split_plan(message: str) -> tuple[str, str, str] | None:
+    """Return (duration line, statement text, plan) of one auto_explain message."""
+    lines = message.split("\n")
+    for number, line in enumerate(lines):
+        if ROOT_NODE.search(line):
+            head = "\n".join(lines[:number])
+            duration, _, query = head.partition("Query Text:")
+            query, _, parameters = query.partition("\nQuery Parameters:")
+            plan = "\n".join(lines[number:]).rstrip()
+            if parameters.strip():
+                plan = f"parameters: {parameters.strip()}\n{plan}"
+            return duration.strip(), query.strip(), plan
+    return None
 
 
 def explained(names: dict[str, str], cycles: Cycles) -> list[tuple[str, str, str]]:
@@ -178,6 +205,7 @@ def explained(names: dict[str, str], cycles: Cycles) -> list[tuple[str, str, str
     connection.ensure_connection()
     raw = connection.connection
     notices: list[str] = []
+
 
     def collect(diagnostic) -> None:
         notices.append(diagnostic.message_primary or "")
@@ -194,24 +222,23 @@ def explained(names: dict[str, str], cycles: Cycles) -> list[tuple[str, str, str
     plans: list[tuple[str, str, str]] = []
 
     def record(situation: str) -> None:
+
         for message in notices:
-            match = PLAN.search(message)
-            if not match:
+            parts = split_plan(message)
+            if parts is None:
                 continue
-            query = _normal(match.group("query"))
-            name = names.get(query)
-            if name is None:
-                continue
-            duration = message.split("\n", 1)[0]
-            plans.append((situation, name, f"{duration}\n{match.group('plan').rstrip()}"))
+            duration, query, plan = parts
+            name = names.get(_normal(query))
+            if name is not None:
+                plans.append((situation, name, f"{duration}\n{plan}"))
         notices.clear()
 
     try:
         replica.reset()  # an empty cache: the selection fetches
         cycles.one("spend")
         record("select with an empty cache, then spend")
-        cycles.one("release")
-        record("select from the cache, then release")
+        cycles.one("release", wallet=cycles.last_wallet)
+        record("select from the cache (same wallet), then release")
         cycles.one("extend")
         record("select, extend, spend")
         with connection.cursor() as cursor:

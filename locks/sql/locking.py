@@ -35,12 +35,18 @@ AFTER_COMMIT_MODE = " FROM commit_mode"
 # Recording statements lock nothing for a transaction id that already has a selection in the
 # client's namespace, or that names tokens there (a spend's outputs are tokens named by its tx
 # id): see the README's transaction-id rules.
+# The token probe is a first-row lookup in the identity index's order, not an EXISTS: planned
+# generically (prepared statements), an EXISTS is costed from the average transaction, and one
+# issue of a million tokens under one tx id makes "scan until the first match" look cheapest,
+# when a new tx id matches nothing and the scan reads the whole table. (PostgreSQL drops ORDER
+# BY and LIMIT inside EXISTS, hence the scalar subquery.)
 GATE = """
 gate AS MATERIALIZED (
     SELECT NOT EXISTS (SELECT FROM locks_selection s
                        WHERE s.namespace = %(namespace)s::text AND s.tx_id = %(tx_id)s::text)
-       AND NOT EXISTS (SELECT FROM tokens_token t
-                       WHERE t.namespace = %(namespace)s::text AND t.tx_id = %(tx_id)s::text)
+       AND (SELECT t."index" FROM tokens_token t
+            WHERE t.namespace = %(namespace)s::text AND t.tx_id = %(tx_id)s::text
+            ORDER BY t.namespace, t.tx_id, t."index" LIMIT 1) IS NULL
        AS open
 ),"""
 OPEN = "(SELECT open FROM gate)"
