@@ -57,6 +57,7 @@ bench-admin: $(STAMP)
 
 test: $(STAMP) browser
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
@@ -64,6 +65,7 @@ test-slow: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
 
 # Both migrate first: on a fresh database (after `make test`, say) there are no tables yet.
 superuser: $(STAMP)
@@ -75,4 +77,4 @@ seed: $(STAMP)
 	$(PY) manage.py seed_tokens --wallets 10 --tokens-per-wallet 1000
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis .mypy_cache .import_linter_cache .grimp_cache

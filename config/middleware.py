@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.http import HttpResponse, JsonResponse
 
-from config.exceptions import ServiceUnavailable, error_body
+from common.errors import error_body
+from config.exceptions import ServiceUnavailable
 from config.outage import UNAVAILABLE_RETRY_AFTER, is_connection_loss, note_connection_loss
 
 

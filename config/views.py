@@ -14,7 +14,8 @@ from rest_framework import permissions, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.exceptions import error_body, error_responses, unavailable_response
+from common.errors import error_body, error_responses
+from config.exceptions import unavailable_response
 from config.outage import is_connection_loss
 
 STATUS = inline_serializer("Status", {"status": serializers.CharField()})
