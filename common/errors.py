@@ -35,14 +35,17 @@ def error_responses(*statuses: int, conflicts: str = "") -> dict[int, OpenApiRes
     """Describe the error responses of an endpoint (``conflicts``: its 409 codes).
 
     Every endpoint that reaches the database may answer 503, and the web server refuses a
-    request line that is too long with 414 (no JSON body) on any of them.
+    request line that is too long with 414 (no JSON body) on any of them. The codes named
+    here are the error table's (tests/integration/api/test_error_table.py checks it).
     """
+    if 409 in statuses and not conflicts:
+        raise ValueError("name the 409 codes of the endpoint in conflicts")
     described = {
         400: "invalid, malformed_json",
         401: "not_authenticated, authentication_failed",
         403: "permission_denied",
         404: "not_found",
-        409: conflicts or "conflict",
+        409: conflicts,
         413: "request_too_large",
         415: "unsupported_media_type",
         422: "value_not_conserved",
