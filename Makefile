@@ -58,6 +58,7 @@ bench-admin: $(STAMP)
 test: $(STAMP) browser
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports
+	$(PY) -m mypy --strict sherdlock/
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
@@ -66,6 +67,7 @@ test-slow: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports
+	$(PY) -m mypy --strict sherdlock/
 
 # Both migrate first: on a fresh database (after `make test`, say) there are no tables yet.
 superuser: $(STAMP)
