@@ -6,7 +6,6 @@ from decimal import Decimal
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.contrib.admin.views.main import SEARCH_VAR
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef
@@ -17,6 +16,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from common.pagination import EstimatedCountPaginator
+from locks.admin_views import confirmation_context
 from locks.corrections import mark_unspent
 from locks.models import TokenLock
 from tokens import supply
@@ -24,7 +24,6 @@ from tokens.admin import CurrencyFilter, SpentFilter, token_identity_q, wallet_l
 from tokens.models import Token
 
 IDENTITY_FIELDS = ("tx_id", "index", "wallet", "currency", "quantity")
-LISTED_ON_CONFIRMATION = 50
 MAX_CORRECTED = 1000  # tokens one correction locks and changes
 
 
@@ -52,19 +51,8 @@ def mark_unspent_view(modeladmin, request, queryset):
         modeladmin.message_user(request, f"{count} tokens selected; correct at most "
                                 f"{MAX_CORRECTED} at a time.", messages.ERROR)
         return None
-    context = {
-        **modeladmin.admin_site.each_context(request),
-        "title": "Mark tokens unspent",
-        "opts": modeladmin.model._meta,
-        "form": form,
-        "count": count,
-        "listed": queryset.order_by("pk")[:LISTED_ON_CONFIRMATION],
-        "more": max(count - LISTED_ON_CONFIRMATION, 0),
-        "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
-        "select_across": request.POST.get("select_across", "0"),
-        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-        "media": modeladmin.media,
-    }
+    context = confirmation_context(modeladmin, request, queryset, "Mark tokens unspent", form,
+                                   count)
     return TemplateResponse(request, "admin/tokens/token/mark_unspent.html", context)
 
 
