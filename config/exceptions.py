@@ -132,9 +132,9 @@ SERVER_ERROR = HttpError(500, "server_error")
 NEVER_ANSWERED: frozenset[type[Exception]] = frozenset({
     SherdlockError,  # the root of the hierarchy; only its subclasses are raised
     SelectionError,  # the root of locks.errors
-    ClaimRefused,  # a store refusing a claim; the services answer TxIdConflict or retry
+    ClaimRefused,  # a store refusing a taken tx id: the repeated selection or TxIdConflict
     TxIdTaken,  # the PostgreSQL store's ClaimRefused
-    QueueFull,  # the wait queue of a wallet is full; the services answer funds_locked
+    QueueFull,  # a wallet's wait queue is full: the request is answered without waiting
     ClientError,  # raised by the HTTP client, in its caller's process
     EmbeddedDatabaseError,  # the embedded PostgreSQL did not start
 })
