@@ -57,6 +57,8 @@ bench-admin: $(STAMP)
 
 test: $(STAMP) browser
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
+	$(PY) -m mypy --strict sherdlock/
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
@@ -64,6 +66,8 @@ test-slow: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
+	$(PY) -m mypy --strict sherdlock/
 
 # Both migrate first: on a fresh database (after `make test`, say) there are no tables yet.
 superuser: $(STAMP)
@@ -75,4 +79,4 @@ seed: $(STAMP)
 	$(PY) manage.py seed_tokens --wallets 10 --tokens-per-wallet 1000
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis .mypy_cache .import_linter_cache .grimp_cache

@@ -6,7 +6,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from rest_framework_api_key.models import AbstractAPIKey
 
-from tokens.models import ID_MAX_LENGTH, NAMESPACE_MAX_LENGTH
+from common.rules import ID_MAX_LENGTH, NAMESPACE_MAX_LENGTH
 
 
 class ApiKey(AbstractAPIKey):

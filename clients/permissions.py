@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from rest_framework import exceptions, permissions
 
 from clients.models import ApiKey
-from tokens.serializers import is_identifier
+from common.rules import is_identifier
 
 READ = "can_read"
 ISSUE = "can_issue"

@@ -28,8 +28,8 @@ from rest_framework.throttling import BaseThrottle
 
 from clients.permissions import api_key
 from common import db
+from common.rules import is_identifier
 from common.sql import ASYNC_COMMIT
-from tokens.serializers import is_identifier
 
 _RATE = re.compile(r"(?P<count>[0-9]+)\s*/\s*(?P<period>[0-9]*\.?[0-9]+)?\s*(?P<unit>[smhd]?)")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}

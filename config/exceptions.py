@@ -1,33 +1,51 @@
-"""Translate every API error to one JSON shape: ``{"code", "detail", "fields"}``.
+"""Every API error as data: its status and code in one table, and the handler that answers.
 
-This is the only place that knows how Sherdlock's errors map to HTTP. ``code`` is stable and
-snake_case; ``fields`` maps a field path (``tokens.3.quantity``) to its messages for
-validation errors and is ``{}`` otherwise. Some errors add a key (``available``).
+This is the only place that knows how Sherdlock's errors map to HTTP. ``ERRORS`` names, for
+each error class a view may raise, the status and the stable snake_case ``code`` clients see,
+and what the answer adds (body keys such as ``available``, headers such as ``Retry-After``).
+An error is answered by the first class of its hierarchy (its MRO, most derived first) that
+the table names; an error the table does not name is a bug, left to Django, which logs it and
+answers 500 (``config.views.server_error``). Every error class of the project is either in
+``ERRORS`` or in ``NEVER_ANSWERED`` (tests/integration/api/test_error_table.py checks it).
+
+The body is always ``{"code", "detail", "fields"}`` (``common.errors``); ``fields`` maps a
+field path (``tokens.3.quantity``) to its messages for validation errors and is ``{}``
+otherwise.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
-from drf_spectacular.utils import OpenApiResponse
-from rest_framework import exceptions, serializers, status
+from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+from common.errors import error_body
+from config.embedded_db import EmbeddedDatabaseError
 from config.outage import UNAVAILABLE_RETRY_AFTER, is_connection_loss, note_connection_loss
 from config.parsers import RequestTooLarge
-from locks.errors import SelectionInProgress, SelectionNotFound, ValueNotConserved
-from sherdlock import FundsLocked, InsufficientFunds, InvalidRequest, SherdlockError
-
-# DRF's own codes where they differ from ours.
-DRF_CODES = {
-    exceptions.ValidationError: "invalid",
-    exceptions.ParseError: "malformed_json",
-    exceptions.Throttled: "rate_limited",
-}
+from locks.errors import (
+    AlreadySpent,
+    LeaseLost,
+    NotLocked,
+    OutputConflict,
+    SelectionError,
+    SelectionNotFound,
+    TxIdConflict,
+    ValueNotConserved,
+)
+from locks.store import TxIdTaken
+from locks.waiting import QueueFull
+from sherdlock import ClaimRefused, FundsLocked, InsufficientFunds, InvalidRequest, SherdlockError
+from sherdlock.client import ClientError
+from tokens.services import TokenConflict, TxIdInUse
 
 
 class ServiceUnavailable(exceptions.APIException):
@@ -35,66 +53,100 @@ class ServiceUnavailable(exceptions.APIException):
 
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_detail = "The database is unavailable."
-    default_code = "database_unavailable"
 
 
 def unavailable_response(request, exc: BaseException) -> Response:
     """Answer 503 database_unavailable with Retry-After, logged once."""
     note_connection_loss(request, exc)
-    response = Response(
-        error_body(ServiceUnavailable.default_code, str(ServiceUnavailable.default_detail)),
-        status=status.HTTP_503_SERVICE_UNAVAILABLE,
-        headers={"Retry-After": UNAVAILABLE_RETRY_AFTER},
-    )
+    response = error_response(ServiceUnavailable(), ERRORS[ServiceUnavailable])
     response._has_been_logged = True  # Django's request logger would add an error line
     return response
 
 
-class ErrorSerializer(serializers.Serializer):
-    """The body of every error response."""
-
-    code = serializers.CharField(help_text="Stable snake_case error code.")
-    detail = serializers.CharField(help_text="Human-readable explanation.")
-    fields = serializers.DictField(
-        child=serializers.ListField(child=serializers.CharField()),
-        help_text="Validation messages by field path; empty for other errors.",
-    )
-    available = serializers.CharField(
-        required=False, help_text="insufficient_funds, funds_locked: quantity available now.")
-    retry_after = serializers.FloatField(
-        required=False, min_value=0,
-        help_text="funds_locked: seconds after which a retry has a fair chance, as precise as "
-                  "the holds of the wallet last (Retry-After rounds it up to whole seconds).")
+def _retry_after(seconds: float | None) -> str:
+    """Whole seconds for a Retry-After header: at least 1, rounded up."""
+    return str(max(1, math.ceil(seconds or 0)))
 
 
-def error_body(code: str, detail: str, fields: dict | None = None, **extra) -> dict:
-    return {"code": code, "detail": detail, "fields": fields or {}, **extra}
+@dataclass(frozen=True)
+class HttpError:
+    """How an error class is answered: status, code, and what the answer adds."""
+
+    status: int
+    code: str
+    # Keys the body carries beside code, detail and fields.
+    extra: Callable[[Any], dict[str, object]] | None = None
+    headers: Callable[[Any], dict[str, str]] | None = None
 
 
-def error_responses(*statuses: int, conflicts: str = "") -> dict[int, OpenApiResponse]:
-    """Describe the error responses of an endpoint (``conflicts``: its 409 codes).
+def _available(exc: InsufficientFunds) -> dict[str, object]:
+    return {"available": str(exc.available)}
 
-    Every endpoint that reaches the database may answer 503, and the web server refuses a
-    request line that is too long with 414 (no JSON body) on any of them.
-    """
-    described = {
-        400: "invalid, malformed_json",
-        401: "not_authenticated, authentication_failed",
-        403: "permission_denied",
-        404: "not_found",
-        409: conflicts or "conflict",
-        413: "request_too_large",
-        415: "unsupported_media_type",
-        422: "value_not_conserved",
-        429: "rate_limited (see Retry-After)",
-        503: "database_unavailable (see Retry-After)",
-    }
-    responses = {s: OpenApiResponse(ErrorSerializer, description=described[s])
-                 for s in sorted({*statuses, 503})}
-    responses[414] = OpenApiResponse(description=(
-        "The request line (path and query) is longer than 8190 bytes: refused by the web "
-        "server, with no JSON body."))
-    return dict(sorted(responses.items()))
+
+def _available_and_retry(exc: FundsLocked) -> dict[str, object]:
+    return {"available": str(exc.available), "retry_after": round(exc.retry_after, 3)}
+
+
+ERRORS: dict[type[Exception], HttpError] = {
+    # The request itself and its caller (DRF's classes and ours).
+    exceptions.ValidationError: HttpError(400, "invalid"),
+    exceptions.ParseError: HttpError(400, "malformed_json"),
+    exceptions.NotAuthenticated: HttpError(401, "not_authenticated"),
+    exceptions.AuthenticationFailed: HttpError(401, "authentication_failed"),
+    exceptions.PermissionDenied: HttpError(403, "permission_denied"),
+    exceptions.NotFound: HttpError(404, "not_found"),
+    exceptions.MethodNotAllowed: HttpError(405, "method_not_allowed"),
+    exceptions.NotAcceptable: HttpError(406, "not_acceptable"),
+    RequestTooLarge: HttpError(413, "request_too_large"),
+    exceptions.UnsupportedMediaType: HttpError(415, "unsupported_media_type"),
+    exceptions.Throttled: HttpError(
+        429, "rate_limited", headers=lambda exc: {"Retry-After": _retry_after(exc.wait)}),
+    ServiceUnavailable: HttpError(
+        503, "database_unavailable",
+        headers=lambda exc: {"Retry-After": UNAVAILABLE_RETRY_AFTER}),
+    # Selecting (the core, sherdlock).
+    InvalidRequest: HttpError(400, "invalid"),
+    InsufficientFunds: HttpError(409, "insufficient_funds", extra=_available),
+    FundsLocked: HttpError(
+        409, "funds_locked", extra=_available_and_retry,
+        headers=lambda exc: {"Retry-After": _retry_after(exc.retry_after)}),
+    # Issuing tokens (tokens.services).
+    TxIdInUse: HttpError(409, "tx_id_conflict"),
+    TokenConflict: HttpError(409, "token_conflict"),
+    # A selection's life after it is made (locks.errors).
+    SelectionNotFound: HttpError(404, "not_found"),
+    TxIdConflict: HttpError(409, "tx_id_conflict"),
+    AlreadySpent: HttpError(409, "already_spent"),
+    NotLocked: HttpError(409, "not_locked"),
+    LeaseLost: HttpError(409, "lease_lost"),
+    OutputConflict: HttpError(409, "output_conflict"),
+    ValueNotConserved: HttpError(422, "value_not_conserved"),
+}
+
+# The answer to an error the table does not name, given by Django (config.views.server_error).
+SERVER_ERROR = HttpError(500, "server_error")
+
+# The project's error classes no view lets out, each named (not its subclasses: a new error
+# must be placed in one table or the other). Should one reach the handler, it is a bug and
+# answered 500 like any error the table does not name.
+NEVER_ANSWERED: frozenset[type[Exception]] = frozenset({
+    SherdlockError,  # the root of the hierarchy; only its subclasses are raised
+    SelectionError,  # the root of locks.errors
+    ClaimRefused,  # a store refusing a taken tx id: the repeated selection or TxIdConflict
+    TxIdTaken,  # the PostgreSQL store's ClaimRefused
+    QueueFull,  # a wallet's wait queue is full: the request is answered without waiting
+    ClientError,  # raised by the HTTP client, in its caller's process
+    EmbeddedDatabaseError,  # the embedded PostgreSQL did not start
+})
+
+
+def resolve(error_class: type[BaseException]) -> HttpError | None:
+    """Return the table's entry for the most derived class of ``error_class`` it names."""
+    for cls in error_class.__mro__:
+        found = ERRORS.get(cls)
+        if found is not None:
+            return found
+    return None
 
 
 def flatten(detail: object, prefix: str = "") -> dict[str, list[str]]:
@@ -126,65 +178,42 @@ def _summary(fields: dict[str, list[str]]) -> str:
     return f"Invalid input: {path}: {messages[0]}{more}"
 
 
-def _retry_after(seconds: float | None) -> str:
-    return str(max(1, math.ceil(seconds or 0)))
-
-
-def sherdlock_response(exc: SherdlockError) -> Response:
-    """Map a domain error to its status and body."""
-    headers: dict[str, str] = {}
-    extra: dict[str, object] = {}
-    code = getattr(exc, "code", None)
-    if isinstance(exc, InsufficientFunds):
-        status_code, code, extra = 409, "insufficient_funds", {"available": str(exc.available)}
-    elif isinstance(exc, FundsLocked):
-        status_code, code = 409, "funds_locked"
-        extra = {"available": str(exc.available), "retry_after": round(exc.retry_after, 3)}
-        headers["Retry-After"] = _retry_after(exc.retry_after)
-    elif isinstance(exc, InvalidRequest):
-        status_code, code = 400, "invalid"
-    elif isinstance(exc, ValueNotConserved):
-        status_code = 422
-    elif isinstance(exc, SelectionNotFound):
-        status_code = 404
-    else:
-        status_code = 409
-        if isinstance(exc, SelectionInProgress):
-            headers["Retry-After"] = "1"
-    body = error_body(code or "conflict", str(exc), **extra)
-    return Response(body, status=status_code, headers=headers)
-
-
-def api_exception_response(exc: exceptions.APIException) -> Response:
-    headers: dict[str, str] = {}
-    if getattr(exc, "auth_header", None):
-        headers["WWW-Authenticate"] = exc.auth_header
-    if isinstance(exc, exceptions.Throttled):
-        headers["Retry-After"] = _retry_after(exc.wait)
-    elif isinstance(exc, ServiceUnavailable):
-        headers["Retry-After"] = UNAVAILABLE_RETRY_AFTER
-    code = next((c for cls, c in DRF_CODES.items() if isinstance(exc, cls)), exc.default_code)
+def detail_of(exc: BaseException, fields: dict[str, list[str]]) -> str:
+    """Return the ``detail`` of the answer: a summary of ``fields``, DRF's detail or the message."""
     if isinstance(exc, exceptions.ValidationError):
-        fields = flatten(exc.detail)
-        return Response(error_body(code, _summary(fields), fields), status=exc.status_code)
-    detail = exc.detail if isinstance(exc.detail, str) else str(exc.default_detail)
-    return Response(error_body(code, str(detail)), status=exc.status_code, headers=headers)
+        return _summary(fields)
+    if isinstance(exc, exceptions.APIException):
+        return str(exc.detail if isinstance(exc.detail, str) else exc.default_detail)
+    return str(exc)
+
+
+def error_response(exc: BaseException, error: HttpError) -> Response:
+    """Answer ``exc`` as the table says."""
+    fields = flatten(exc.detail) if isinstance(exc, exceptions.ValidationError) else {}
+    headers: dict[str, str] = {}
+    if auth_header := getattr(exc, "auth_header", None):  # set by DRF on 401s
+        headers["WWW-Authenticate"] = auth_header
+    if error.headers is not None:
+        headers.update(error.headers(exc))
+    extra = error.extra(exc) if error.extra is not None else {}
+    body = error_body(error.code, detail_of(exc, fields), fields, **extra)
+    return Response(body, status=error.status, headers=headers)
 
 
 def exception_handler(exc: Exception, context: dict) -> Response | None:
     """Return the JSON error response for ``exc``, or None to let Django answer 500."""
+    # Django's own exceptions become DRF's first, as DRF's default handler does.
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied()
     elif isinstance(exc, RequestDataTooBig):  # Django's own check, when DRF reads request.body
         exc = RequestTooLarge()
+    # A lost database is told by the driver's error code, not by a class of its own.
     if is_connection_loss(exc):
         response = unavailable_response(context.get("request"), exc)
-    elif isinstance(exc, SherdlockError):
-        response = sherdlock_response(exc)
-    elif isinstance(exc, exceptions.APIException):
-        response = api_exception_response(exc)
+    elif (error := resolve(type(exc))) is not None:
+        response = error_response(exc, error)
     else:
         return None
     set_rollback()

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from django.http import HttpResponse, JsonResponse
 
-from config.exceptions import ServiceUnavailable, error_body
+from common.errors import error_body
+from config.exceptions import ERRORS, ServiceUnavailable
 from config.outage import UNAVAILABLE_RETRY_AFTER, is_connection_loss, note_connection_loss
 
 
 def unavailable_page(request) -> HttpResponse:
     """Return the 503 for ``request``: the API's JSON shape under /api/, plain text elsewhere."""
+    error = ERRORS[ServiceUnavailable]
     if request.path.startswith("/api/"):
-        response = JsonResponse(error_body(ServiceUnavailable.default_code,
-                                           str(ServiceUnavailable.default_detail)), status=503)
+        response = JsonResponse(error_body(error.code, str(ServiceUnavailable.default_detail)),
+                                status=error.status)
     else:
         response = HttpResponse("The database is unavailable; try again shortly.\n",
-                                status=503, content_type="text/plain; charset=utf-8")
+                                status=error.status, content_type="text/plain; charset=utf-8")
     response["Retry-After"] = UNAVAILABLE_RETRY_AFTER
     response._has_been_logged = True  # logged once by note_connection_loss
     return response

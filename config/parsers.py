@@ -14,7 +14,6 @@ class RequestTooLarge(exceptions.APIException):
 
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_detail = "The request body is too large."
-    default_code = "request_too_large"
 
 
 def declared_length(request) -> int:

@@ -10,11 +10,12 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 from django.views import defaults
 from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import permissions, serializers
+from rest_framework import exceptions, permissions, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.exceptions import error_body, error_responses, unavailable_response
+from common.errors import error_body, error_responses
+from config.exceptions import ERRORS, SERVER_ERROR, unavailable_response
 from config.outage import is_connection_loss
 
 STATUS = inline_serializer("Status", {"status": serializers.CharField()})
@@ -84,7 +85,9 @@ def _is_api(request: HttpRequest) -> bool:
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     """Answer unknown /api/ paths in the API's error shape; others get Django's page."""
     if _is_api(request):
-        return JsonResponse(error_body("not_found", "Not found."), status=404)
+        error = ERRORS[exceptions.NotFound]
+        return JsonResponse(error_body(error.code, str(exceptions.NotFound.default_detail)),
+                            status=error.status)
     return defaults.page_not_found(request, exception)
 
 
@@ -99,5 +102,6 @@ def server_error(request: HttpRequest) -> HttpResponse:
 
         return unavailable_page(request)
     if _is_api(request):
-        return JsonResponse(error_body("server_error", "Internal server error."), status=500)
+        return JsonResponse(error_body(SERVER_ERROR.code, "Internal server error."),
+                            status=SERVER_ERROR.status)
     return defaults.server_error(request)

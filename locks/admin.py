@@ -1,4 +1,8 @@
-"""Operator admin for the lock table, selections and the audit trail; read-only by permission."""
+"""Operator admin for the lock table, selections and the audit trail; read-only by permission.
+
+Importing this module (Django's admin autodiscovery does) also registers the token admin,
+``locks.admin_tokens``: it shows each token's lock, which only this app knows.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +17,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from common.pagination import EstimatedCountPaginator
+from locks import admin_tokens  # noqa: F401  (registers the token admin)
 from locks.admin_views import force_release_view
 from locks.models import FailedSelection, HousekeepingRun, LockAudit, Selection, TokenLock
-from locks.pagination import EstimatedCountPaginator
 from locks.services import release_selection
 from sherdlock import SherdlockError
 from tokens.admin import CurrencyFilter, small_int, token_identity_q, wallet_link, wallet_q

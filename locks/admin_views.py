@@ -99,12 +99,24 @@ def force_release_view(modeladmin, request, queryset):
         return None
     # Asked again (no reason given): keep the locks of the first showing, the ones confirmed.
     shown = request.POST.get("locks") if submitted and "locks" not in form.errors else None
-    context = {
+    context = confirmation_context(modeladmin, request, queryset, "Force release locks", form,
+                                   count)
+    context["locks"] = shown or shown_locks(queryset)
+    return TemplateResponse(request, "admin/locks/tokenlock/force_release.html", context)
+
+
+def confirmation_context(modeladmin, request, queryset, title: str, form: forms.Form,
+                         count: int) -> dict:
+    """Return the context of an admin action's confirmation page: its form and first rows.
+
+    The selection travels along (selected ids or "select across") so that confirming applies
+    the action to the same rows.
+    """
+    return {
         **modeladmin.admin_site.each_context(request),
-        "title": "Force release locks",
+        "title": title,
         "opts": modeladmin.model._meta,
         "form": form,
-        "locks": shown or shown_locks(queryset),
         "count": count,
         "listed": queryset.order_by("pk")[:LISTED_ON_CONFIRMATION],
         "more": max(count - LISTED_ON_CONFIRMATION, 0),
@@ -113,7 +125,6 @@ def force_release_view(modeladmin, request, queryset):
         "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         "media": modeladmin.media,
     }
-    return TemplateResponse(request, "admin/locks/tokenlock/force_release.html", context)
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,11 @@ from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from common.rules import ID_MAX_LENGTH
 from locks.models import LockAudit, Selection
 from locks.services import extend_selection, release_selection
 from locks.wallet import LIST_SIZE, wallet_overview
 from sherdlock import SherdlockError
-from tokens.models import ID_MAX_LENGTH
 
 logger = logging.getLogger(__name__)
 

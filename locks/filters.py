@@ -6,9 +6,9 @@ import django_filters
 from django.db.models import QuerySet
 from django.db.models.functions import Now
 
-from config.filters import IdentifierFilter, StrictChoiceFilter
+from common.filters import IdentifierFilter, StrictChoiceFilter
+from common.rules import CURRENCY_MAX_LENGTH
 from locks.models import Selection, TokenLock
-from tokens.models import CURRENCY_MAX_LENGTH
 
 
 class SelectionFilter(django_filters.FilterSet):

@@ -9,7 +9,8 @@ from django.db.models import Count, F, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
-from tokens.models import CURRENCY_MAX_LENGTH, ID_MAX_LENGTH, MAX_QUANTITY, NAMESPACE_MAX_LENGTH
+from common.rules import CURRENCY_MAX_LENGTH, ID_MAX_LENGTH, NAMESPACE_MAX_LENGTH
+from tokens.models import MAX_QUANTITY
 
 FENCE_SEQUENCE = "locks_fence_seq"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from common.rules import AMOUNT_PATTERN
 from locks.models import Selection, TokenLock
 from locks.services import selection_tokens
 from tokens.models import Token
-from tokens.rules import AMOUNT_PATTERN
 from tokens.serializers import (
     AmountField,
     IdentifierField,

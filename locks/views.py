@@ -18,8 +18,9 @@ from clients.permissions import (
     wallet_scope,
 )
 from clients.throttling import SelectionRateThrottle
-from config.exceptions import error_responses
-from config.pagination import IdCursorPagination
+from common.errors import error_responses
+from common.pagination import IdCursorPagination
+from common.rules import ID_MAX_LENGTH, identifier_schema, is_identifier
 from locks.errors import SelectionNotFound
 from locks.filters import LockFilter, SelectionFilter
 from locks.models import Selection, TokenLock
@@ -40,8 +41,6 @@ from locks.services import (
     select_tokens,
     spend_selection,
 )
-from tokens.models import ID_MAX_LENGTH
-from tokens.rules import identifier_schema, is_identifier
 
 TX_ID = OpenApiParameter("tx_id", identifier_schema(ID_MAX_LENGTH, path=True),
                          OpenApiParameter.PATH,

@@ -2,7 +2,8 @@
 
 Standard library only, so wallet backends can use it without Django. Every method sends one
 request and returns the decoded JSON answer; errors come back as the core's exceptions where
-they mean the same thing (``InsufficientFunds``, ``FundsLocked``), else as ``ClientError``.
+they mean the same thing (``InsufficientFunds``, ``FundsLocked``, as subclasses that also carry
+the answer's ``status`` and ``code``), else as ``ClientError``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,21 @@ class ClientError(SherdlockError):
         self.body = dict(body or {})  # the whole error document, extra keys included
 
 
+class _Answer:
+    """The HTTP status and error code of the API's answer, as ``ClientError`` has them."""
+
+    status: int | None
+    code: str
+
+
+class AnsweredInsufficientFunds(_Answer, InsufficientFunds):
+    """``InsufficientFunds`` as the API answered it."""
+
+
+class AnsweredFundsLocked(_Answer, FundsLocked):
+    """``FundsLocked`` as the API answered it."""
+
+
 def _quantity(value: int | str | Decimal) -> str:
     # Quantities go over the wire as decimal strings: JSON numbers lose precision above 2**53.
     number = Decimal(value)
@@ -73,7 +89,8 @@ def _whole(value: Any) -> int | None:
 
 def _retry_after(header: str | None, body: Mapping[str, Any]) -> float | None:
     # The body's value is exact; the header rounds up to whole seconds.
-    for value in (body.get("retry_after"), header):
+    values: tuple[Any, ...] = (body.get("retry_after"), header)
+    for value in values:
         try:
             return max(0.0, float(value))
         except (TypeError, ValueError):
@@ -121,8 +138,8 @@ class SherdlockClient:
         many seconds, each after the server's hint with random jitter (so that refused clients
         do not all come back at once). Repeating the same request returns the same selection.
         """
-        body = {"tx_id": tx_id, "wallet": wallet, "currency": currency,
-                "quantity": _quantity(quantity)}
+        body: dict[str, Any] = {"tx_id": tx_id, "wallet": wallet, "currency": currency,
+                                "quantity": _quantity(quantity)}
         if wait:
             body["wait"] = int(wait)
         deadline = self._clock() + retry_for
@@ -223,11 +240,12 @@ class SherdlockClient:
     @staticmethod
     def _selector_error(exc: ClientError, key: WalletKey, requested: int) -> SherdlockError:
         available = _whole(exc.body.get("available"))  # None when the server does not say
+        error: AnsweredInsufficientFunds | AnsweredFundsLocked
         if exc.code == "insufficient_funds":
-            error: SherdlockError = InsufficientFunds(key, requested, available)
+            error = AnsweredInsufficientFunds(key, requested, available)
         elif exc.code == "funds_locked":
             retry = exc.retry_after if exc.retry_after is not None else DEFAULT_RETRY_AFTER
-            error = FundsLocked(key, requested, available, retry)
+            error = AnsweredFundsLocked(key, requested, available, retry)
         else:
             return exc
         error.args = (exc.detail,)  # the server's words, not a guess at the numbers

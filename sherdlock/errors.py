@@ -35,7 +35,7 @@ class InsufficientFunds(SherdlockError):
         self,
         key: WalletKey,
         requested: int,
-        available: int,
+        available: int | None,
         *,
         stats: SelectionStats | None = None,
     ):
@@ -45,7 +45,8 @@ class InsufficientFunds(SherdlockError):
         )
         self.key = key
         self.requested = requested
-        # Unspent quantity not held by other spenders.
+        # Unspent quantity not held by other spenders; None when not known (an API answer,
+        # see client.SherdlockClient, that did not say). The selector always knows it.
         self.available = available
 
 
@@ -56,7 +57,7 @@ class FundsLocked(SherdlockError):
         self,
         key: WalletKey,
         requested: int,
-        available: int,
+        available: int | None,
         retry_after: float,
         *,
         stats: SelectionStats | None = None,
@@ -68,7 +69,7 @@ class FundsLocked(SherdlockError):
         )
         self.key = key
         self.requested = requested
-        self.available = available
+        self.available = available  # as for InsufficientFunds
         # Seconds after which a new attempt has a fair chance: see SelectorConfig.retry_after.
         self.retry_after = retry_after
 

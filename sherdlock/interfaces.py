@@ -68,6 +68,6 @@ class Clock(Protocol):
 class Sleeper(Protocol):
     """Block the calling thread for a while."""
 
-    def __call__(self, seconds: float) -> None:
-        """Sleep for `seconds`."""
+    def __call__(self, seconds: float, /) -> None:
+        """Sleep for `seconds` (positional, as `time.sleep` takes it)."""
         ...

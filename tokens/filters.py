@@ -5,8 +5,9 @@ from __future__ import annotations
 import django_filters
 from django.db.models import QuerySet
 
-from config.filters import IdentifierFilter, StrictChoiceFilter
-from tokens.models import CURRENCY_MAX_LENGTH, Token
+from common.filters import IdentifierFilter, StrictChoiceFilter
+from common.rules import CURRENCY_MAX_LENGTH
+from tokens.models import Token
 
 BOOLEAN_CHOICES = [("true", "true"), ("false", "false")]
 

@@ -9,10 +9,9 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from common.rules import CURRENCY_MAX_LENGTH, ID_MAX_LENGTH, NAMESPACE_MAX_LENGTH
+
 MAX_QUANTITY = Decimal(2**64 - 1)
-ID_MAX_LENGTH = 128
-CURRENCY_MAX_LENGTH = 32
-NAMESPACE_MAX_LENGTH = 64
 
 
 class TokenQuerySet(models.QuerySet):

@@ -14,16 +14,18 @@ from drf_spectacular.drainage import set_override
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from sherdlock import MAX_QUANTITY
-from tokens.models import CURRENCY_MAX_LENGTH, ID_MAX_LENGTH, Token
-from tokens.rules import (
+from common.rules import (
     AMOUNT_PATTERN,
+    CURRENCY_MAX_LENGTH,
+    ID_MAX_LENGTH,
     MAX_QUANTITY_DIGITS,
     QUANTITY_PATTERN,
     identifier_problem,
     identifier_schema,
     is_identifier,
 )
+from sherdlock import MAX_QUANTITY
+from tokens.models import Token
 from tokens.services import TokenSpec
 
 MAX_TOKENS_PER_REQUEST = 1000

@@ -18,8 +18,6 @@ from tokens.models import Token
 class TxIdInUse(SherdlockError):
     """The transaction id names a selection: its spend's outputs will be its tokens."""
 
-    code = "tx_id_conflict"
-
     def __init__(self, tx_ids: Sequence[str]) -> None:
         super().__init__(f"transaction id(s) {', '.join(sorted(tx_ids))} name selection(s); "
                          "a spend creates those tokens")
@@ -28,8 +26,6 @@ class TxIdInUse(SherdlockError):
 
 class TokenConflict(SherdlockError):
     """A token with this identity already exists with different content."""
-
-    code = "token_conflict"
 
     def __init__(self, tx_id: str, index: int) -> None:
         super().__init__(f"token {tx_id}:{index} already exists with different content")

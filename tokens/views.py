@@ -10,18 +10,17 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from clients.permissions import ISSUE, check_wallets, request_namespace, scope_queryset
-from config.exceptions import error_responses
-from config.filters import query_param
-from config.pagination import IdCursorPagination
+from common.errors import error_responses
+from common.filters import query_param
+from common.pagination import IdCursorPagination
+from common.rules import CURRENCY_MAX_LENGTH, ID_MAX_LENGTH, identifier_schema, is_identifier
 from tokens.filters import TokenFilter
-from tokens.models import CURRENCY_MAX_LENGTH, ID_MAX_LENGTH, Token
-from tokens.rules import identifier_schema
+from tokens.models import Token
 from tokens.serializers import (
     IssueResultSerializer,
     IssueSerializer,
     TokenSerializer,
     WalletBalancesSerializer,
-    is_identifier,
 )
 from tokens.services import balances, issue_tokens
 

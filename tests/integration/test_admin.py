@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from locks import pagination
+from common import pagination
 from locks.models import FailedSelection, HousekeepingRun, LockAudit, Selection, TokenLock
 from tests.factories import make_lock, make_token, make_tokens
 from tokens.models import Token

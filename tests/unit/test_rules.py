@@ -7,8 +7,8 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
+from common.rules import BLANK_CHARS, CONTROL_CHARS, QUANTITY_PATTERN, at_most, is_identifier
 from sherdlock import MAX_QUANTITY
-from tokens.rules import BLANK_CHARS, CONTROL_CHARS, QUANTITY_PATTERN, at_most, is_identifier
 
 
 def in_range(text: str, limit: int) -> bool:

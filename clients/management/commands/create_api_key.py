@@ -8,8 +8,8 @@ from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
 from clients.models import ApiKey
-from config.commands import DatabaseCommand
-from tokens.serializers import is_identifier
+from common.commands import DatabaseCommand
+from common.rules import is_identifier
 
 
 class Command(DatabaseCommand):

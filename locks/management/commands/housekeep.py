@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import CommandError, CommandParser
 
-from config.commands import DatabaseCommand
+from common.commands import DatabaseCommand
 from locks.housekeeping import run_housekeeping
 
 

@@ -10,7 +10,7 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import connection, transaction
 from tqdm import tqdm
 
-from config.commands import DatabaseCommand
+from common.commands import DatabaseCommand
 
 CHUNK = 20_000
 

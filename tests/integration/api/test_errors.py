@@ -8,7 +8,6 @@ import pytest
 from rest_framework import exceptions
 
 from config.exceptions import exception_handler
-from locks.errors import SelectionInProgress
 from sherdlock import FundsLocked, InvalidRequest, SherdlockError, WalletKey
 from tests.integration.api.conftest import counts, issue, output, select, token
 
@@ -192,9 +191,7 @@ def test_list_errors_are_reported_at_the_list_path(api):
 
 
 @pytest.mark.parametrize("exc, status, code, retry_after", [
-    (SelectionInProgress("busy"), 409, "selection_in_progress", "1"),
     (InvalidRequest("bad"), 400, "invalid", None),
-    (SherdlockError("odd"), 409, "conflict", None),
     (FundsLocked(WalletKey("a", "USD"), 5, 2, retry_after=2.2), 409, "funds_locked", "3"),
     (FundsLocked(WalletKey("a", "USD"), 5, 2, retry_after=0.01), 409, "funds_locked", "1"),
     (exceptions.Throttled(wait=0.2), 429, "rate_limited", "1"),
@@ -207,5 +204,6 @@ def test_the_handler_maps_every_error_to_a_status_and_code(exc, status, code, re
     assert response.headers.get("Retry-After") == retry_after
 
 
-def test_the_handler_leaves_unexpected_errors_to_django():
-    assert exception_handler(RuntimeError("bug"), {}) is None
+@pytest.mark.parametrize("exc", [RuntimeError("bug"), SherdlockError("odd")], ids=repr)
+def test_the_handler_leaves_unexpected_errors_to_django(exc):
+    assert exception_handler(exc, {}) is None

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from django.core.management import call_command
 
-from tokens.rules import QUANTITY_PATTERN
+from common.rules import QUANTITY_PATTERN
 
 pytestmark = pytest.mark.django_db
 

@@ -11,9 +11,10 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import connection, transaction
 from tqdm import tqdm
 
-from config.commands import DatabaseCommand
+from common.commands import DatabaseCommand
+from common.rules import CURRENCY_MAX_LENGTH
 from tokens import supply
-from tokens.models import CURRENCY_MAX_LENGTH, MAX_QUANTITY
+from tokens.models import MAX_QUANTITY
 
 CHUNK = 50_000
 

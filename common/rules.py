@@ -11,7 +11,11 @@ from __future__ import annotations
 import re
 
 from sherdlock import MAX_QUANTITY
-from tokens.models import ID_MAX_LENGTH
+
+# The longest transaction id, wallet or other name; a currency; a client's namespace of ids.
+ID_MAX_LENGTH = 128
+CURRENCY_MAX_LENGTH = 32
+NAMESPACE_MAX_LENGTH = 64
 
 # Control characters (Unicode Cc: C0, DEL, C1) cannot be told apart in logs and pages, and
 # PostgreSQL cannot store NUL.

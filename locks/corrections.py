@@ -6,6 +6,7 @@ import logging
 
 from django.db import transaction
 
+from locks.models import LockAudit, Selection
 from tokens import supply
 from tokens.models import Token
 
@@ -19,8 +20,6 @@ def mark_unspent(queryset, user, reason: str) -> tuple[object | None, list[str]]
     that transaction, or any output of it. Un-spending those would count their value twice.
     Return the audit record (None when nothing was changed) and why each refused token was.
     """
-    from locks.models import LockAudit, Selection
-
     with transaction.atomic():
         # Token rows first, locked: a concurrent spend of one of them (which locks them too)
         # either committed before (and is seen below) or waits until this one is done.

@@ -13,8 +13,7 @@ from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.drainage import set_override
 from rest_framework.exceptions import ValidationError
 
-from tokens.models import ID_MAX_LENGTH
-from tokens.rules import identifier_schema, is_identifier
+from common.rules import ID_MAX_LENGTH, identifier_schema, is_identifier
 
 EMPTY = "Must not be empty; leave the parameter out to not filter."
 
