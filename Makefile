@@ -30,12 +30,17 @@ CHROMIUM := /usr/bin/chromium
 
 browser: $(CHROMIUM)
 
+# $(call apt-install,PROGRAM,PACKAGE): install Debian's PACKAGE as root, or through sudo.
+define apt-install
+@if [ "$$(id -u)" = 0 ]; then sudo=; \
+elif command -v sudo >/dev/null 2>&1; then sudo=sudo; \
+else echo "$(1) is missing and installing it needs root: apt-get install $(2)" >&2; exit 1; fi; \
+$$sudo apt-get update -q && \
+$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(2)
+endef
+
 $(CHROMIUM):
-	@if [ "$$(id -u)" = 0 ]; then sudo=; \
-	elif command -v sudo >/dev/null 2>&1; then sudo=sudo; \
-	else echo "$(CHROMIUM) is missing and installing it needs root: apt-get install chromium" >&2; exit 1; fi; \
-	$$sudo apt-get update -q && \
-	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium
+	$(call apt-install,$(CHROMIUM),chromium)
 
 # The pooling tests and benchmark points put Debian's PgBouncer in front of PostgreSQL.
 PGBOUNCER := /usr/sbin/pgbouncer
@@ -43,11 +48,7 @@ PGBOUNCER := /usr/sbin/pgbouncer
 pgbouncer: $(PGBOUNCER)
 
 $(PGBOUNCER):
-	@if [ "$$(id -u)" = 0 ]; then sudo=; \
-	elif command -v sudo >/dev/null 2>&1; then sudo=sudo; \
-	else echo "$(PGBOUNCER) is missing and installing it needs root: apt-get install pgbouncer" >&2; exit 1; fi; \
-	$$sudo apt-get update -q && \
-	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends pgbouncer
+	$(call apt-install,$(PGBOUNCER),pgbouncer)
 
 run: $(STAMP)
 	$(PY) -m config.serve
