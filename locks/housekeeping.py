@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 
+import psycopg
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, Error, connections
 from django.db.models.functions import Now
@@ -136,13 +137,25 @@ def _try_guard(connection) -> Callable[[], None] | None:
             session.close()
             raise
         if taken:
-            return session.close
+            return functools.partial(_release_session_guard, session)
         session.close()
         return None
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(%s)", [GUARD_KEY])
         taken = bool(cursor.fetchone()[0])
     return functools.partial(_release_guard, connection) if taken else None
+
+
+def _release_session_guard(session: psycopg.Connection) -> None:
+    # Unlocked first: a session's locks go when its server process has exited, which may be a
+    # moment after the close, and a housekeeper starting then would skip for nothing.
+    try:
+        session.execute("SELECT pg_advisory_unlock(%s)", [GUARD_KEY])
+    except psycopg.Error:
+        logger.warning("could not release the housekeeping guard; closing its session",
+                       exc_info=True)
+    finally:
+        session.close()
 
 
 def _release_guard(connection) -> None:
