@@ -28,6 +28,7 @@ from tests.e2e.test_contention import (
 )
 from tests.e2e.test_listener import Worker, wait_for
 from tests.factories import make_lock, make_token, make_tokens
+from tests.integration.test_housekeeping import holder_has_gone
 from tokens.services import TokenSpec, issue_tokens
 
 
@@ -140,6 +141,8 @@ def test_housekeeping_through_the_pool_keeps_one_runner(pooled_env, db_url, pgbo
     with psycopg.connect(db_url, autocommit=True) as holder:
         holder.execute("SELECT pg_advisory_lock(%s)", [GUARD_KEY])
         assert "skipped" in housekeep(pooled_env)
+        pid = holder.info.backend_pid
+    holder_has_gone(db_url, pid)
     assert set(TokenLock.objects.values_list("token_id", flat=True)) == {stale.pk, live.pk}
     before = transactions_through(pgbouncer)
     housekeep(pooled_env)
