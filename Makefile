@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test test-slow lint bench bench-admin superuser seed clean help browser
+.PHONY: run test test-slow lint bench bench-admin superuser seed clean help browser pgbouncer
 
 help:
 	@echo "make run        serve web + Celery worker + beat (embedded PostgreSQL and broker by default)"
@@ -16,6 +16,7 @@ help:
 	@echo "make superuser  create an operator login for the admin"
 	@echo "make seed       load demo tokens (10 wallets x 1000 tokens)"
 	@echo "make browser    install Debian's chromium for the browser tests (apt-get)"
+	@echo "make pgbouncer  install Debian's pgbouncer for the connection-pooling tests (apt-get)"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (set PYTHON=python3.11)")'
@@ -29,12 +30,25 @@ CHROMIUM := /usr/bin/chromium
 
 browser: $(CHROMIUM)
 
+# $(call apt-install,PROGRAM,PACKAGE): install Debian's PACKAGE as root, or through sudo.
+define apt-install
+@if [ "$$(id -u)" = 0 ]; then sudo=; \
+elif command -v sudo >/dev/null 2>&1; then sudo=sudo; \
+else echo "$(1) is missing and installing it needs root: apt-get install $(2)" >&2; exit 1; fi; \
+$$sudo apt-get update -q && \
+$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(2)
+endef
+
 $(CHROMIUM):
-	@if [ "$$(id -u)" = 0 ]; then sudo=; \
-	elif command -v sudo >/dev/null 2>&1; then sudo=sudo; \
-	else echo "$(CHROMIUM) is missing and installing it needs root: apt-get install chromium" >&2; exit 1; fi; \
-	$$sudo apt-get update -q && \
-	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium
+	$(call apt-install,$(CHROMIUM),chromium)
+
+# The pooling tests and benchmark points put Debian's PgBouncer in front of PostgreSQL.
+PGBOUNCER := /usr/sbin/pgbouncer
+
+pgbouncer: $(PGBOUNCER)
+
+$(PGBOUNCER):
+	$(call apt-install,$(PGBOUNCER),pgbouncer)
 
 run: $(STAMP)
 	$(PY) -m config.serve
@@ -48,20 +62,20 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[bench]'
 	touch $(BENCH_STAMP)
 
-bench: $(BENCH_STAMP)
+bench: $(BENCH_STAMP) pgbouncer
 	$(PY) -m bench $(BENCH_ARGS)
 
 # Server time and queries of every admin page at scale: `make bench-admin BENCH_ARGS=--reuse`.
 bench-admin: $(STAMP)
 	$(PY) -m bench.admin_pages $(BENCH_ARGS)
 
-test: $(STAMP) browser
+test: $(STAMP) browser pgbouncer
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m mypy --strict sherdlock/
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) pgbouncer
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 lint: $(STAMP)

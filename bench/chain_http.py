@@ -21,7 +21,7 @@ from bench.strategies import HTTP
 from bench.web import API, Api, Server, api_key, outputs, unavailable
 
 START_DELAY = 0.2
-RETRY_CODES = ("funds_locked", "selection_in_progress")
+RETRY_CODES = ("funds_locked",)
 
 
 def _pay(api: Api, number: int, tag: str, wait: float | None, rng: random.Random,

@@ -85,6 +85,31 @@ def housekeeping_table(section: dict | None) -> list[str]:
     return lines
 
 
+def pgbouncer_table(section: dict | None) -> list[str]:
+    """Ours through PgBouncer's transaction pool against ours with a session per replica."""
+    if not section:
+        return []
+    head = (f"  {'workload':<11}{'mode':<8}{'sel/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'insuf':>6}"
+            f"{'locked':>7}{'err':>4}{'dbl':>4}{'leak':>5}")
+    lines = ["", f"PgBouncer (ours at R={section['replicas']}, transaction pool of "
+                 f"{section['pool_size']} server sessions, against a session per replica):",
+             head]
+    for pair in section["points"]:
+        for mode in ("pooled", "direct"):
+            p = pair[mode]
+            outcomes, latency = p.get("outcomes", {}), p.get("latency_ms", {})
+            lines.append(
+                f"  {pair['workload']:<11}{mode:<8}{_num(p.get('selections_per_s')):>9}"
+                f"{_num(latency.get('p50')):>9}{_num(latency.get('p99')):>9}"
+                f"{_num(p.get('spurious_insufficient_funds'), 0):>6}"
+                f"{_num(outcomes.get('funds_locked'), 0):>7}{_num(outcomes.get('error'), 0):>4}"
+                f"{_num(p.get('double_spends'), 0):>4}{_num(p.get('leaked_locks'), 0):>5}")
+        ratios = pair["ratios"]
+        lines.append(f"  {pair['workload']:<11}pooled ÷ direct: sel/s "
+                     f"{_num(ratios['selections_per_s'], 2)}, p99 {_num(ratios['p99'], 2)}")
+    return lines
+
+
 def chain_table(section: dict | None) -> list[str]:
     """Sequential and concurrent runs of the chain, library and HTTP."""
     if not section:
@@ -135,6 +160,7 @@ def render(data: dict) -> str:
     lines += http_table(data.get("http") or [])
     lines += housekeeping_table(data.get("housekeeping"))
     lines += chain_table(data.get("chain"))
+    lines += pgbouncer_table(data.get("pgbouncer"))
     lines += target_lines(data["targets"])
     met = sum(t["met"] is True for t in data["targets"])
     judged = sum(t["met"] is not None for t in data["targets"])

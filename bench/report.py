@@ -72,6 +72,11 @@ def problems(data: dict) -> list[str]:
     for name in ("no_rows", "rows_left", "housekeeping"):
         if p := housekeeping.get(name):
             found += _point_problems(f"housekeeping {name} R={p['replicas']}", p)
+    pooled = data.get("pgbouncer") or {}
+    for pair in pooled.get("points", []):
+        for mode in ("pooled", "direct"):
+            found += _point_problems(
+                f"pgbouncer {pair['workload']} R={pooled['replicas']} {mode}", pair[mode])
     for side, run in (data.get("chain") or {}).items():
         for mode in ("sequential", "concurrent"):
             result = (run or {}).get(mode)
@@ -105,6 +110,7 @@ def build(points: list[dict], sections: dict, skipped: list[dict], config: dict,
         "http": sections.get("http", []),
         "housekeeping": sections.get("housekeeping"),
         "chain": sections.get("chain"),
+        "pgbouncer": sections.get("pgbouncer"),
         "skipped": skipped,
     }
     data["ratios"] = ratios(points, data["http"])

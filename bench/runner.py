@@ -85,6 +85,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="a selection may wait this long for held funds, in the key's "
                              "queue (Prefer: wait=N over HTTP); 0 answers funds locked at "
                              "once and the payment retries after the advice it was given")
+    parser.add_argument("--pgbouncer-replicas", type=int, default=50,
+                        help="replica processes of the PgBouncer points, pooled and direct; "
+                             "0 skips them")
+    parser.add_argument("--pgbouncer-pool", type=int, default=10,
+                        help="server sessions PgBouncer pools the replicas' transactions onto")
+    parser.add_argument("--pgbouncer-workloads", type=_names(WORKLOADS),
+                        default=["spread", "hot-wallet"])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--database", default=database.DEFAULT_NAME,
                         help="database to create and use on the server (emptied!)")
@@ -99,6 +106,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("need positive replica counts and duration")
     if min(args.http_replicas, default=1) < 1 or args.housekeeping_replicas < 1:
         parser.error("need positive replica counts")
+    if args.pgbouncer_replicas < 0 or args.pgbouncer_pool < 1:
+        parser.error("need a non-negative PgBouncer replica count and a positive pool")
     if args.chain_payments < 0 or args.chain_processes < 1 or args.chain_timeout <= 0:
         parser.error("need a non-negative chain size, positive processes and timeout")
     return args
@@ -144,8 +153,11 @@ class Harness:
 
     def measure(self, workload: Workload, strategy: str, replicas: int,
                 supply: dict[str, int], tag: str = "", reset: bool = True,
-                on_start=None) -> dict:
-        """Measure one point (on freshly reset data unless ``reset`` is False)."""
+                on_start=None, pool=None) -> dict:
+        """Measure one point (on freshly reset data unless ``reset`` is False).
+
+        ``pool`` runs it on replica processes of the caller's (default: the strategy's own).
+        """
         from bench import verify
         from bench.worker import Task
 
@@ -162,7 +174,7 @@ class Harness:
         # Replica i draws the same requests whatever the strategy: same data, same demand.
         tasks = [Task(strategy, lite, i, self.args.seed * 1000 + i, tag)
                  for i in range(replicas)]
-        records, infos = self.pool(strategy).run(tasks, duration, on_start)
+        records, infos = (pool or self.pool(strategy)).run(tasks, duration, on_start)
         point["duration_s"] = duration
         if strategy in strategies.CANDIDATES:
             point["listening"] = all(info.get("listening") for info in infos)
@@ -274,7 +286,7 @@ def _available(names: list[str], skipped: list[dict[str, str]]) -> list[str]:
 
 
 def _run(args: argparse.Namespace, started: float) -> int:
-    from bench import chain, chain_http, check, housekeeping, plot, report, web
+    from bench import chain, chain_http, check, housekeeping, plot, pooling, report, web
 
     skipped: list[dict[str, str]] = []
     names = _available(args.strategies, skipped)
@@ -291,6 +303,12 @@ def _run(args: argparse.Namespace, started: float) -> int:
                 skipped.append({"what": strategies.HTTP, "why": note})
         if args.housekeeping:
             sections["housekeeping"] = housekeeping.run(args, harness, say)
+        if args.pgbouncer_replicas and args.pgbouncer_workloads:
+            if why := pooling.unavailable():
+                say(f"skipping the PgBouncer points: {why}")
+                skipped.append({"what": "pgbouncer", "why": why})
+            else:
+                sections["pgbouncer"] = pooling.run(args, harness, make_workload, say)
         if args.chain_payments:
             sections["chain"] = {
                 "library": chain.run(harness, strategies.OURS, args.chain_payments,

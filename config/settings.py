@@ -1,6 +1,9 @@
 """Django settings for Sherdlock, read from the environment (12-factor).
 
 ``DATABASE_URL`` names a PostgreSQL server; unset, the project-local embedded server is started.
+``DATABASE_POOLING=transaction`` says that ``DATABASE_URL`` goes through a transaction-pooling
+proxy (PgBouncer); ``DATABASE_DIRECT_URL`` then names the same database without it, for the few
+connections that need a session of their own (docs/scaling.md).
 ``CELERY_BROKER_URL`` names a broker; unset, the project-local embedded Redis is used.
 """
 
@@ -46,26 +49,85 @@ def _secret_key() -> str:
 EMBEDDED_DATABASE = None  # the embedded server, when this process uses it
 
 
-def database_settings(url: str | None) -> dict[str, object]:
+# DATABASE_POOLING: how the connections of DATABASE_URL reach PostgreSQL.
+SESSION_POOLING = "session"  # each connection is a session of its own (direct, or a session pool)
+TRANSACTION_POOLING = "transaction"  # a proxy lends a server session for one transaction only
+
+
+def database_pooling(value: str | None) -> str:
+    """Read ``DATABASE_POOLING``: "session" (the default) or "transaction"."""
+    mode = (value or SESSION_POOLING).strip().lower()
+    if mode not in (SESSION_POOLING, TRANSACTION_POOLING):
+        raise ImproperlyConfigured(
+            f"DATABASE_POOLING={value!r}: use 'transaction' when DATABASE_URL goes through a "
+            "transaction-pooling proxy (PgBouncer pool_mode=transaction), else 'session' "
+            "or leave it unset")
+    return mode
+
+
+def _postgres(name: str, url: str) -> dict[str, object]:
+    config = dj_database_url.parse(url)
+    if config["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured(
+            f"{name} uses {config['ENGINE']!r}; Sherdlock supports PostgreSQL only "
+            "(SQLite has no SKIP LOCKED, sequences or concurrent writers). Unset DATABASE_URL "
+            "to use the embedded PostgreSQL server."
+        )
+    return config
+
+
+def database_settings(url: str | None, pooling: str = SESSION_POOLING) -> dict[str, object]:
     """Return the default database entry; only PostgreSQL is supported."""
     global EMBEDDED_DATABASE
     # Connections outlive requests: opening one costs more than most requests, and the hot
     # statements are prepared per connection. A broken one is noticed by the health check.
     persistent = {"CONN_MAX_AGE": 300, "CONN_HEALTH_CHECKS": True}
     if not url:
+        if pooling == TRANSACTION_POOLING:
+            raise ImproperlyConfigured(
+                "DATABASE_POOLING=transaction needs DATABASE_URL, the URL of the pooling proxy")
         from config import embedded_db
 
         EMBEDDED_DATABASE = embedded_db.ensure_running(DATA_DIR / "postgres")
         return {**EMBEDDED_DATABASE.settings, **persistent}
-    config = dj_database_url.parse(url, conn_max_age=persistent["CONN_MAX_AGE"],
-                                   conn_health_checks=True)
-    if config["ENGINE"] != "django.db.backends.postgresql":
-        raise ImproperlyConfigured(
-            f"DATABASE_URL uses {config['ENGINE']!r}; Sherdlock supports PostgreSQL only "
-            "(SQLite has no SKIP LOCKED, sequences or concurrent writers). Unset DATABASE_URL "
-            "to use the embedded PostgreSQL server."
-        )
+    config = {**_postgres("DATABASE_URL", url), **persistent}
+    if pooling == TRANSACTION_POOLING:
+        # QuerySet.iterator() (the admin's choice fields among others) would declare a cursor
+        # WITH HOLD, which outlives its transaction on a session the proxy lends to others.
+        # Django's own statements never prepare on the server (prepare_threshold is None
+        # unless OPTIONS sets it); the application's follow SHERDLOCK["PREPARE_THRESHOLD"].
+        config["DISABLE_SERVER_SIDE_CURSORS"] = True
     return config
+
+
+def direct_database_url(url: str | None, pooling: str) -> str | None:
+    """Check ``DATABASE_DIRECT_URL``: required with transaction pooling, refused without."""
+    if pooling != TRANSACTION_POOLING:
+        if url:
+            raise ImproperlyConfigured(
+                "DATABASE_DIRECT_URL is only used with DATABASE_POOLING=transaction; set "
+                "both if DATABASE_URL goes through a transaction-pooling proxy, else neither")
+        return None
+    if not url:
+        raise ImproperlyConfigured(
+            "DATABASE_POOLING=transaction needs DATABASE_DIRECT_URL: the same database "
+            "without the proxy, for the cache listener, the wake-up listener and the "
+            "housekeeping guard (LISTEN and session advisory locks need a session)")
+    _postgres("DATABASE_DIRECT_URL", url)
+    return url
+
+
+def prepare_threshold(value: str | None, pooling: str) -> int | None:
+    """Read ``SHERDLOCK_PREPARE_THRESHOLD`` ("off" never prepares); off behind a pooler."""
+    off = value is not None and value.strip().lower() in {"off", "none", ""}
+    if pooling == TRANSACTION_POOLING:
+        if value is not None and not off:
+            raise ImproperlyConfigured(
+                f"SHERDLOCK_PREPARE_THRESHOLD={value!r} with DATABASE_POOLING=transaction: a "
+                "statement prepared on one server session is unknown to the next one the "
+                "proxy lends; leave it unset (statements are then never prepared)")
+        return None
+    return None if off else int(value if value is not None else 2)
 
 
 SECRET_KEY = _secret_key()
@@ -122,7 +184,12 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {"default": database_settings(os.environ.get("DATABASE_URL"))}
+DATABASE_POOLING = database_pooling(os.environ.get("DATABASE_POOLING"))
+DATABASES = {"default": database_settings(os.environ.get("DATABASE_URL"), DATABASE_POOLING)}
+# Session-scoped features (LISTEN, the housekeeping guard) connect here instead of DATABASES
+# when DATABASE_URL is transaction-pooled (common.sessions); None otherwise.
+DATABASE_DIRECT_URL = direct_database_url(os.environ.get("DATABASE_DIRECT_URL"),
+                                          DATABASE_POOLING)
 DATABASES["default"].setdefault("TEST", {})
 if test_name := os.environ.get("SHERDLOCK_TEST_DB"):
     # Lets several test runs share one server without dropping each other's database.
@@ -195,11 +262,10 @@ SHERDLOCK = {
     # synchronously): a database crash may then forget the last moments of grants, which their
     # holders see as lease_lost. See common.sql.ASYNC_COMMIT.
     "DURABLE_LEASES": env_bool("SHERDLOCK_DURABLE_LEASES", False),
-    # Hot statements are prepared on the server after this many runs on a connection; "off"
-    # behind a transaction-pooling proxy that cannot keep prepared statements.
-    "PREPARE_THRESHOLD": (
-        None if os.environ.get("SHERDLOCK_PREPARE_THRESHOLD", "2").strip().lower()
-        in {"off", "none", ""} else int(os.environ.get("SHERDLOCK_PREPARE_THRESHOLD", "2"))),
+    # Hot statements are prepared on the server after this many runs on a connection; never
+    # with DATABASE_POOLING=transaction, whose proxy cannot keep prepared statements.
+    "PREPARE_THRESHOLD": prepare_threshold(os.environ.get("SHERDLOCK_PREPARE_THRESHOLD"),
+                                           DATABASE_POOLING),
     "CACHE_TTL": float(os.environ.get("SHERDLOCK_CACHE_TTL", 1.0)),
     # Real-time caches: one LISTEN connection per replica process applies token and lock
     # changes to its cache (locks.listener). While it is connected the cache keeps queues for

@@ -17,11 +17,13 @@ import logging
 import time
 from collections.abc import Callable
 
+import psycopg
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, Error, connections
 from django.db.models.functions import Now
 
 from clients.throttling import prune_idle
+from common import sessions
 from locks.metrics import HOUSEKEEPING_DELETED, HOUSEKEEPING_LAST_RUN
 from locks.models import HousekeepingRun
 from locks.sql import waiting as waiting_sql
@@ -32,6 +34,8 @@ logger = logging.getLogger(__name__)
 # tool that must not overlap with housekeeping can take it too, at session or transaction
 # level: both kinds of advisory lock on one key conflict with each other.
 GUARD_KEY = int.from_bytes(b"sherdlhk", "big")
+# The guard's own session, under transaction pooling, is findable in pg_stat_activity by this.
+GUARD_APPLICATION_NAME = "sherdlock-housekeeping"
 
 # Every batch below is drawn once, into an array (an InitPlan). Written as ``IN (SELECT ...
 # LIMIT n FOR UPDATE SKIP LOCKED)`` the planner may put the subquery on the inner side of a
@@ -117,7 +121,8 @@ BUCKETS = "rate_buckets"
 Progress = Callable[[str, int], None]
 
 
-def _try_guard(connection) -> bool:
+def _try_guard(connection) -> Callable[[], None] | None:
+    """Take the guard; return what releases it, or None if another housekeeper holds it."""
     # Why a session-level lock rather than pg_try_advisory_xact_lock: a transaction-level lock
     # lives only as long as the transaction that took it. Holding it for the whole pass would
     # turn the pass into one long transaction whose deleted rows stay row-locked until commit
@@ -126,10 +131,37 @@ def _try_guard(connection) -> bool:
     # between two batches, so "single runner" would hold only per statement. A session lock is
     # held by the connection across any number of short autocommit deletes, and the server
     # drops it if the process dies. It must be released explicitly (see _release_guard), and
-    # it needs a real session: behind a transaction-pooling proxy it would not be safe.
+    # it needs a real session: behind a transaction-pooling proxy the lock would stay with
+    # whichever server session ran the statement, lent to other clients afterwards. There the
+    # guard is taken on a session of its own to the database itself (common.sessions), kept
+    # for the pass and closed after it, which drops the lock.
+    if sessions.transaction_pooled():
+        session = sessions.connect(connection.alias, application_name=GUARD_APPLICATION_NAME)
+        try:
+            taken = session.execute("SELECT pg_try_advisory_lock(%s)", [GUARD_KEY]).fetchone()[0]
+        except BaseException:
+            session.close()
+            raise
+        if taken:
+            return functools.partial(_release_session_guard, session)
+        session.close()
+        return None
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(%s)", [GUARD_KEY])
-        return bool(cursor.fetchone()[0])
+        taken = bool(cursor.fetchone()[0])
+    return functools.partial(_release_guard, connection) if taken else None
+
+
+def _release_session_guard(session: psycopg.Connection) -> None:
+    # Unlocked first: a session's locks go when its server process has exited, which may be a
+    # moment after the close, and a housekeeper starting then would skip for nothing.
+    try:
+        session.execute("SELECT pg_advisory_unlock(%s)", [GUARD_KEY])
+    except psycopg.Error:
+        logger.warning("could not release the housekeeping guard; closing its session",
+                       exc_info=True)
+    finally:
+        session.close()
 
 
 def _release_guard(connection) -> None:
@@ -204,7 +236,8 @@ def run_housekeeping(
     batch_size, max_batches, grace = _settings(batch_size, max_batches, grace_seconds)
     connection = connections[using]
     runs = HousekeepingRun.objects.using(using)
-    if not _try_guard(connection):
+    release_guard = _try_guard(connection)
+    if release_guard is None:
         run = runs.create(skipped=True, finished_at=Now())
         run.refresh_from_db()
         logger.info("housekeeping skipped: another housekeeper holds the guard")
@@ -250,7 +283,7 @@ def run_housekeeping(
                 buckets_removed=removed[BUCKETS], finished_at=Now() if completed else None,
             )
         finally:
-            _release_guard(connection)
+            release_guard()
 
     HOUSEKEEPING_LAST_RUN.set_to_current_time()
     # Quiet when idle: a pass runs every few seconds, and the run table records it anyway.

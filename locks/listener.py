@@ -23,9 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS
 from psycopg import sql
 
+from common import sessions
 from locks import metrics
 from sherdlock import Candidate, TokenCache, WalletKey
 
@@ -48,17 +49,13 @@ def django_connect(alias: str = DEFAULT_DB_ALIAS) -> Connect:
     """Return a factory of dedicated autocommit connections to the database of Django's `alias`.
 
     Parameters are read at every (re)connection, so the listener follows the store's database.
+    A LISTEN needs a session of its own: behind a transaction-pooling proxy these connect to
+    ``DATABASE_DIRECT_URL`` instead (``common.sessions``).
     """
 
     def connect() -> psycopg.Connection:
-        params = dict(connections[alias].get_connection_params())
-        # Django's cursor class and adapters serve its own connections; this one only listens.
-        for name in ("cursor_factory", "context", "prepare_threshold"):
-            params.pop(name, None)
-        params["application_name"] = APPLICATION_NAME  # findable in pg_stat_activity
-        for name, value in CONNECTION_DEFAULTS.items():
-            params.setdefault(name, value)
-        return psycopg.connect(**params, autocommit=True)
+        return sessions.connect(alias, application_name=APPLICATION_NAME,
+                                defaults=CONNECTION_DEFAULTS)
 
     return connect
 

@@ -61,6 +61,35 @@ def subprocess_env(db_url: str) -> dict[str, str]:
     return child_env(db_url)
 
 
+# Server sessions the test PgBouncer lends out per database, fewer than the replica processes
+# the pooled tests start: clients must wait their turn for a session, as at scale.
+POOL_SIZE = 10
+
+
+@pytest.fixture
+def pgbouncer(transactional_db):
+    """Debian's PgBouncer pooling transactions in front of the test server (POOL_SIZE sessions).
+
+    Stopped, and its server sessions closed, before the test database is flushed.
+    """
+    from django.db import connection
+
+    from config import pgbouncer as bouncer
+
+    with bouncer.running(connection.settings_dict, pool_size=POOL_SIZE) as running:
+        yield running
+
+
+@pytest.fixture
+def pooled_env(subprocess_env, db_url, pgbouncer) -> dict[str, str]:
+    """Environment of a child process configured for the pool: DATABASE_URL through PgBouncer
+    (transaction pooling), DATABASE_DIRECT_URL the test database itself."""
+    from django.db import connection
+
+    return {**subprocess_env, "DATABASE_URL": pgbouncer.url(connection.settings_dict["NAME"]),
+            "DATABASE_POOLING": "transaction", "DATABASE_DIRECT_URL": db_url}
+
+
 @pytest.fixture
 def python() -> str:
     return sys.executable

@@ -30,9 +30,12 @@ TINY = ["--workloads", ",".join(WORKLOADS), "--replicas", "2", "--duration", "1"
         "--hot-tokens-big", "4", "--hot-tokens-big-quantity", "100",
         "--hot-tokens-small", "60", "--http-replicas", "2", "--hold", "0.002",
         "--housekeeping", "10x60:250", "--housekeeping-replicas", "2",
-        "--chain-payments", str(CHAIN), "--chain-processes", "2", "--chain-timeout", "90"]
+        "--chain-payments", str(CHAIN), "--chain-processes", "2", "--chain-timeout", "90",
+        "--pgbouncer-replicas", "3", "--pgbouncer-pool", "2", "--pgbouncer-workloads",
+        "hot-wallet"]
 REPORT_KEYS = {"version", "created_at", "machine", "config", "elapsed_s", "points", "http",
-               "housekeeping", "chain", "ratios", "targets", "skipped", "problems"}
+               "housekeeping", "chain", "pgbouncer", "ratios", "targets", "skipped",
+               "problems"}
 
 
 def bench(*argv: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
@@ -147,6 +150,23 @@ def test_every_payment_of_the_chain_goes_through_in_the_library_and_over_http(ru
             assert result["supply_conserved"] is True, where
             assert result["wait_ms"]["max"] >= result["wait_ms"]["mean"] > 0, where
         assert report["chain"][side]["completion_over_sequential"] > 0
+
+
+@pytest.mark.timeout(600)
+def test_the_pgbouncer_points_run_pooled_and_direct_without_a_fault(run):
+    report, _, done = run
+    section = report["pgbouncer"]
+    assert (section["replicas"], section["pool_size"]) == (3, 2)
+    (pair,) = section["points"]
+    assert pair["workload"] == "hot-wallet"
+    for mode in ("pooled", "direct"):
+        assert_sound(pair[mode], f"pgbouncer {mode}")
+    # Behind the pool the replicas prepared nothing; directly they run the shipped threshold.
+    assert pair["pooled"]["settings"]["PREPARE_THRESHOLD"] is None
+    assert pair["direct"]["settings"]["PREPARE_THRESHOLD"] == settings.SHERDLOCK[
+        "PREPARE_THRESHOLD"]
+    assert pair["ratios"]["selections_per_s"] > 0
+    assert "pooled ÷ direct" in done.stdout
 
 
 @pytest.mark.timeout(600)

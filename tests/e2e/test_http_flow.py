@@ -30,10 +30,15 @@ class Http:
             return error.code, json.loads(error.read())
 
 
-@pytest.fixture
-def server(subprocess_env, tmp_path) -> Iterator[str]:
-    """Serve the project with gunicorn (two workers) on a free port; stop it afterwards."""
-    with gunicorn(subprocess_env, tmp_path / "gunicorn.log") as served:
+@pytest.fixture(params=["direct", "pgbouncer"])
+def server(request, subprocess_env, tmp_path) -> Iterator[str]:
+    """Serve the project with gunicorn (two workers) on a free port; stop it afterwards.
+
+    Once on the test database directly, once through PgBouncer pooling transactions.
+    """
+    env = request.getfixturevalue("pooled_env") if request.param == "pgbouncer" else (
+        subprocess_env)
+    with gunicorn(env, tmp_path / "gunicorn.log") as served:
         yield served.base
 
 

@@ -180,9 +180,22 @@ def test_a_second_housekeeper_skips_while_the_guard_is_held(db_url, level):
         out = io.StringIO()
         call_command("housekeep", stdout=out)
         assert "skipped: another housekeeper is running" in out.getvalue()
+        holder = other.info.backend_pid
+    holder_has_gone(db_url, holder)
     assert HousekeepingRun.objects.get(pk=run.pk).skipped
     assert not run_housekeeping(grace_seconds=0).skipped  # the holder has gone
     assert remaining() == set()
+
+
+def holder_has_gone(db_url: str, pid: int, timeout: float = 10.0) -> None:
+    """Wait until the closed session ``pid`` holds no advisory lock (its server process
+    releases them as it exits, a moment after the client closed it)."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(db_url, autocommit=True) as other:
+        while other.execute("SELECT 1 FROM pg_locks WHERE pid = %s AND locktype = 'advisory'",
+                            [pid]).fetchone():
+            assert time.monotonic() < deadline, "the closed session still holds its locks"
+            time.sleep(0.01)
 
 
 def guard_is_free(db_url: str) -> bool:
