@@ -71,6 +71,7 @@ bench-admin: $(STAMP)
 
 test: $(STAMP) browser pgbouncer
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m mypy --strict sherdlock/
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -80,6 +81,7 @@ test-slow: $(STAMP) pgbouncer
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m mypy --strict sherdlock/
 

@@ -38,8 +38,11 @@ RESULTS = ROOT / "bench" / "results"
 USERNAME = "bench-operator"
 # Every table the seeding writes, emptied first; a table this version of the schema lacks is
 # skipped, so the same script measures older code too.
-TABLES = tuple(dict.fromkeys((*database.TABLES, "locks_lockaudit", "locks_housekeepingrun",
-                              "tokens_currencysupply")))
+TABLES = tuple(
+    dict.fromkeys(
+        (*database.TABLES, "locks_lockaudit", "locks_housekeepingrun", "tokens_currencysupply")
+    )
+)
 
 # (name, path, query parameters); "{wallet}", "{tx_id}", "{token}", "{spender}" are filled in
 # from the seeded data.
@@ -77,11 +80,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tokens-per-wallet", type=int, default=10_000)
     parser.add_argument("--locks", type=int, default=100_000)
     parser.add_argument("--expired-fraction", type=float, default=0.2)
-    parser.add_argument("--failures", type=int, default=5_000,
-                        help="failed selections recorded over the last hour")
+    parser.add_argument(
+        "--failures", type=int, default=5_000, help="failed selections recorded over the last hour"
+    )
     parser.add_argument("--repeat", type=int, default=3, help="measured requests per page")
-    parser.add_argument("--reuse", action="store_true",
-                        help="keep the tokens if the database already holds this many")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep the tokens if the database already holds this many",
+    )
     parser.add_argument("--database", default=database.DEFAULT_NAME)
     parser.add_argument("--out", type=Path, default=RESULTS / "admin_pages.json")
     return parser.parse_args(argv)
@@ -118,8 +125,15 @@ def seed_tokens(args: argparse.Namespace) -> None:
 
     truncate(TABLES)
     started = time.monotonic()
-    call_command("seed_tokens", wallets=args.wallets, tokens_per_wallet=args.tokens_per_wallet,
-                 currency="USD", seed=1, no_progress=True, stdout=StringIO())
+    call_command(
+        "seed_tokens",
+        wallets=args.wallets,
+        tokens_per_wallet=args.tokens_per_wallet,
+        currency="USD",
+        seed=1,
+        no_progress=True,
+        stdout=StringIO(),
+    )
     say(f"tokens seeded in {time.monotonic() - started:.1f} s")
 
 
@@ -130,8 +144,14 @@ def seed_locks(args: argparse.Namespace) -> None:
 
     truncate(tuple(t for t in TABLES if t.startswith("locks_")))
     started = time.monotonic()
-    call_command("seed_locks", count=args.locks, expired_fraction=args.expired_fraction,
-                 ttl_seconds=LEASE_SECONDS, no_progress=True, stdout=StringIO())
+    call_command(
+        "seed_locks",
+        count=args.locks,
+        expired_fraction=args.expired_fraction,
+        ttl_seconds=LEASE_SECONDS,
+        no_progress=True,
+        stdout=StringIO(),
+    )
     say(f"locks seeded in {time.monotonic() - started:.1f} s")
     with connection.cursor() as cursor:
         # Failed selections of random wallets at random moments of the last hour, as the
@@ -145,7 +165,9 @@ def seed_locks(args: argparse.Namespace) -> None:
                    CASE WHEN random() < 0.1 THEN 'funds_locked' ELSE 'insufficient_funds' END,
                    floor(random() * 5)::int
             FROM generate_series(1, %(count)s) g
-            """, {"wallets": args.wallets, "count": args.failures})
+            """,
+            {"wallets": args.wallets, "count": args.failures},
+        )
 
 
 def vacuum() -> None:
@@ -161,12 +183,20 @@ def samples() -> dict[str, str]:
     """Pick a busy wallet, one of its locked tokens and that lock's spender for the searches."""
     from locks.models import TokenLock
 
-    lock = (TokenLock.objects.select_related("token").filter(expires_at__gt=datetime.now(UTC))
-            .order_by("token_id").first())
+    lock = (
+        TokenLock.objects.select_related("token")
+        .filter(expires_at__gt=datetime.now(UTC))
+        .order_by("token_id")
+        .first()
+    )
     if lock is None:
         return {"wallet": "wallet-0", "token": "none", "spender": "none", "tx_id": "none"}
-    return {"wallet": lock.token.wallet, "token": str(lock.token),
-            "spender": lock.spender_tx_id, "tx_id": lock.spender_tx_id}
+    return {
+        "wallet": lock.token.wallet,
+        "token": str(lock.token),
+        "spender": lock.spender_tx_id,
+        "tx_id": lock.spender_tx_id,
+    }
 
 
 def operator_client():
@@ -175,7 +205,8 @@ def operator_client():
     from django.test import Client
 
     user, _ = get_user_model().objects.get_or_create(
-        username=USERNAME, defaults={"is_staff": True, "is_superuser": True})
+        username=USERNAME, defaults={"is_staff": True, "is_superuser": True}
+    )
     client = Client()
     client.force_login(user)
     return client
@@ -196,8 +227,12 @@ def measure_page(client, path: str, params: dict[str, str], repeat: int) -> dict
             response = client.get(path, params)
             times.append(1000 * (time.perf_counter() - started))
         queries.append(len(captured.captured_queries))
-    return {"status": response.status_code, "ms": [round(t, 2) for t in times],
-            "median_ms": round(statistics.median(times), 1), "queries": max(queries)}
+    return {
+        "status": response.status_code,
+        "ms": [round(t, 2) for t in times],
+        "median_ms": round(statistics.median(times), 1),
+        "queries": max(queries),
+    }
 
 
 def fill(value: str, names: dict[str, str]) -> str:
@@ -230,17 +265,29 @@ def run(args: argparse.Namespace) -> dict:
         query = {key: fill(value, names) for key, value in params.items()}
         result = measure_page(client, path, query, args.repeat)
         pages.append({"page": name, "path": path, "params": query, **result})
-        shown = (f"{result['median_ms']:8.1f} ms {result['queries']:3d} queries"
-                 if "median_ms" in result else f"HTTP {result['status']}")
+        shown = (
+            f"{result['median_ms']:8.1f} ms {result['queries']:3d} queries"
+            if "median_ms" in result
+            else f"HTTP {result['status']}"
+        )
         say(f"{name:28} {shown}")
     return {
         "benchmark": "admin_pages",
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "postgresql": database.server_version()},
-        "config": {"wallets": args.wallets, "tokens_per_wallet": args.tokens_per_wallet,
-                   "locks": args.locks, "expired_fraction": args.expired_fraction,
-                   "failures": args.failures, "repeat": args.repeat, "samples": names},
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "postgresql": database.server_version(),
+        },
+        "config": {
+            "wallets": args.wallets,
+            "tokens_per_wallet": args.tokens_per_wallet,
+            "locks": args.locks,
+            "expired_fraction": args.expired_fraction,
+            "failures": args.failures,
+            "repeat": args.repeat,
+            "samples": names,
+        },
         "pages": pages,
     }
 

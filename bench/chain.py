@@ -89,8 +89,7 @@ class ChainTask:
             finally:
                 connection.close()
 
-        threads = [threading.Thread(target=thread, args=(n,), daemon=True)
-                   for n in self.payments]
+        threads = [threading.Thread(target=thread, args=(n,), daemon=True) for n in self.payments]
         for t in threads:
             t.start()
         connected.wait(CONNECT_TIMEOUT)
@@ -117,8 +116,9 @@ class ChainTask:
         started, attempts, locked = time.monotonic(), 0, 0
 
         def failed(error: str) -> Payment:
-            return Payment(number, tx_id, started, None, time.monotonic(), attempts, locked, 0,
-                           error, ())
+            return Payment(
+                number, tx_id, started, None, time.monotonic(), attempts, locked, 0, error, ()
+            )
 
         while True:
             if time.monotonic() >= end_at:
@@ -131,8 +131,7 @@ class ChainTask:
                     picked = strategy.select(tx_id, key, 1)
             except FundsLocked as exc:
                 locked += 1
-                time.sleep(max(0.0, min(jittered(exc.retry_after, rng),
-                                        end_at - time.monotonic())))
+                time.sleep(max(0.0, min(jittered(exc.retry_after, rng), end_at - time.monotonic())))
                 continue
             except InsufficientFunds:
                 return failed("insufficient_funds")
@@ -148,8 +147,18 @@ class ChainTask:
                     strategy.release(picked)
                 return failed(error or "spend failed: lock lost")
             strategy.spent(picked)
-            return Payment(number, tx_id, started, selected, time.monotonic(), attempts, locked,
-                           0, "", tuple(picked.token_ids))
+            return Payment(
+                number,
+                tx_id,
+                started,
+                selected,
+                time.monotonic(),
+                attempts,
+                locked,
+                0,
+                "",
+                tuple(picked.token_ids),
+            )
 
 
 def summary(payments: list[Payment]) -> dict:
@@ -164,11 +173,17 @@ def summary(payments: list[Payment]) -> dict:
         if p.error:
             errors[p.error] = errors.get(p.error, 0) + 1
     return {
-        "payments": len(payments), "completed": len(done),
-        "errors": len(payments) - len(done), "error_kinds": errors,
+        "payments": len(payments),
+        "completed": len(done),
+        "errors": len(payments) - len(done),
+        "error_kinds": errors,
         "elapsed_s": round(end - start, 3),
-        "wait_ms": {"mean": _ms(mean), "p50": _ms(verify.percentile(waits, 0.5)),
-                    "p99": _ms(verify.percentile(waits, 0.99)), "max": _ms(max(waits or [0]))},
+        "wait_ms": {
+            "mean": _ms(mean),
+            "p50": _ms(verify.percentile(waits, 0.5)),
+            "p99": _ms(verify.percentile(waits, 0.99)),
+            "max": _ms(max(waits or [0])),
+        },
         "worst_over_mean_wait": round(max(waits) / mean, 3) if mean else None,
         "attempts": sum(p.attempts for p in payments),
         "funds_locked": sum(p.funds_locked for p in payments),
@@ -182,29 +197,55 @@ def _ms(seconds: float | None) -> float | None:
 
 def audit(payments: list[Payment], n: int, by_identity: bool, prefix: str) -> dict:
     """Check the books after a run: no token held twice or spent twice, value conserved."""
-    records = [Record(p.tx_id, WALLET, 1, p.started, 0.0, "selected", p.tokens, p.selected,
-                      math.inf, "spent", None) for p in payments if not p.error]
+    records = [
+        Record(
+            p.tx_id,
+            WALLET,
+            1,
+            p.started,
+            0.0,
+            "selected",
+            p.tokens,
+            p.selected,
+            math.inf,
+            "spent",
+            None,
+        )
+        for p in payments
+        if not p.error
+    ]
     stored = database.spent_tokens(by_identity=by_identity, prefix=prefix)
     balances = database.unspent_by_wallet()
     done = sum(not p.error for p in payments)
     return {
         "double_spends": verify.overlapping_holds(records) + verify.spent_twice(records, stored),
         "leaked_locks": database.leaked_locks(),
-        "supply_conserved": (sum(balances.values()) == n
-                             and balances.get(PAYEE, 0) == done),
+        "supply_conserved": (sum(balances.values()) == n and balances.get(PAYEE, 0) == done),
     }
 
 
-def run(harness, strategy: str, n: int, processes: int, timeout: float, seed: int,
-        say, wait: float | None = None) -> dict:
+def run(
+    harness,
+    strategy: str,
+    n: int,
+    processes: int,
+    timeout: float,
+    seed: int,
+    say,
+    wait: float | None = None,
+) -> dict:
     """Run the chain in the library: N payments in sequence, then N at once.
 
     With ``wait``, a selection that finds the funds held waits its turn in the key's queue
     (as the service's ``Prefer: wait`` does) instead of answering funds locked at once.
     """
     supply = database.seed(((WALLET, n),), "USD")
-    out: dict[str, object] = {"strategy": strategy, "payments": n, "processes": processes,
-                              "wait": wait}
+    out: dict[str, object] = {
+        "strategy": strategy,
+        "payments": n,
+        "processes": processes,
+        "wait": wait,
+    }
     pool = harness.pool(strategy)
     for mode in ("sequential", "concurrent"):
         database.reset()
@@ -213,17 +254,21 @@ def run(harness, strategy: str, n: int, processes: int, timeout: float, seed: in
         if mode == "sequential":
             tasks = [ChainTask(strategy, numbers, seed, "seq", False, wait=wait)]
         else:
-            tasks = [ChainTask(strategy, numbers[i::processes], seed + i, "chain", True,
-                               wait=wait)
-                     for i in range(min(processes, n))]
+            tasks = [
+                ChainTask(strategy, numbers[i::processes], seed + i, "chain", True, wait=wait)
+                for i in range(min(processes, n))
+            ]
         payments, _ = pool.run(tasks, timeout)
         result = summary(payments)
-        result.update(audit(payments, sum(supply.values()), False, "seq" if
-                            mode == "sequential" else "chain"))
+        result.update(
+            audit(payments, sum(supply.values()), False, "seq" if mode == "sequential" else "chain")
+        )
         out[mode] = result
-        say(f"[chain] library {strategy} {mode}: {result['completed']}/{n} in "
+        say(
+            f"[chain] library {strategy} {mode}: {result['completed']}/{n} in "
             f"{result['elapsed_s']:.2f} s, errors {result['errors']}, worst wait "
-            f"{result['wait_ms']['max']} ms (mean {result['wait_ms']['mean']} ms)")
+            f"{result['wait_ms']['max']} ms (mean {result['wait_ms']['mean']} ms)"
+        )
     out["completion_over_sequential"] = ratio(out)
     return out
 

@@ -24,8 +24,9 @@ START_DELAY = 0.2
 RETRY_CODES = ("funds_locked",)
 
 
-def _pay(api: Api, number: int, tag: str, wait: float | None, rng: random.Random,
-         end_at: float) -> Payment:
+def _pay(
+    api: Api, number: int, tag: str, wait: float | None, rng: random.Random, end_at: float
+) -> Payment:
     tx_id = f"{tag}-{number}"
     body = {"tx_id": tx_id, "wallet": WALLET, "currency": "USD", "quantity": "1"}
     headers = {}
@@ -35,8 +36,9 @@ def _pay(api: Api, number: int, tag: str, wait: float | None, rng: random.Random
     started, attempts, locked, limited = time.monotonic(), 0, 0, 0
 
     def failed(error: str) -> Payment:
-        return Payment(number, tx_id, started, None, time.monotonic(), attempts, locked, limited,
-                       error, ())
+        return Payment(
+            number, tx_id, started, None, time.monotonic(), attempts, locked, limited, error, ()
+        )
 
     while True:
         if time.monotonic() >= end_at:
@@ -63,13 +65,25 @@ def _pay(api: Api, number: int, tag: str, wait: float | None, rng: random.Random
     status, answer, _ = api.post(f"{API}{tx_id}/spend/", {"outputs": spend})
     if status != 200:
         return failed(f"spend {status} {answer.get('code', '')}")
-    return Payment(number, tx_id, started, selected, time.monotonic(), attempts, locked, limited,
-                   "", tokens)
+    return Payment(
+        number, tx_id, started, selected, time.monotonic(), attempts, locked, limited, "", tokens
+    )
 
 
-def client(port: int, key: str, numbers: tuple[int, ...], tag: str, concurrent: bool,
-           wait: float | None, seed: int, timeout: float, ready, go, start, results
-           ) -> None:  # pragma: no cover - runs in a client process
+def client(
+    port: int,
+    key: str,
+    numbers: tuple[int, ...],
+    tag: str,
+    concurrent: bool,
+    wait: float | None,
+    seed: int,
+    timeout: float,
+    ready,
+    go,
+    start,
+    results,
+) -> None:  # pragma: no cover - runs in a client process
     """Run this process's payments (a thread each, or in sequence); put the payments."""
     out: list[Payment] = []
     local_go = threading.Event()
@@ -84,9 +98,13 @@ def client(port: int, key: str, numbers: tuple[int, ...], tag: str, concurrent: 
         api.close()
 
     shares = [(n,) for n in numbers] if concurrent else [numbers]
-    threads = [threading.Thread(target=thread, daemon=True,
-                                args=(share, random.Random(seed * 100_003 + share[0])))
-               for share in shares if share]
+    threads = [
+        threading.Thread(
+            target=thread, daemon=True, args=(share, random.Random(seed * 100_003 + share[0]))
+        )
+        for share in shares
+        if share
+    ]
     for t in threads:
         t.start()
     ready.put(True)
@@ -97,17 +115,43 @@ def client(port: int, key: str, numbers: tuple[int, ...], tag: str, concurrent: 
     results.put(out)
 
 
-def _run(server: Server, key: str, n: int, processes: int, tag: str, concurrent: bool,
-         wait: float | None, seed: int, timeout: float) -> list[Payment]:
+def _run(
+    server: Server,
+    key: str,
+    n: int,
+    processes: int,
+    tag: str,
+    concurrent: bool,
+    wait: float | None,
+    seed: int,
+    timeout: float,
+) -> list[Payment]:
     context = multiprocessing.get_context("spawn")
     ready, results, go = context.Queue(), context.Queue(), context.Event()
     start = context.Value("d", 0.0)
     numbers = tuple(range(n))
-    shares = [numbers[i::processes] for i in range(min(processes, n))] if concurrent else [
-        numbers]
-    procs = [context.Process(target=client, daemon=True, args=(
-        server.port, key, share, tag, concurrent, wait, seed + i, timeout, ready, go, start,
-        results)) for i, share in enumerate(shares)]
+    shares = [numbers[i::processes] for i in range(min(processes, n))] if concurrent else [numbers]
+    procs = [
+        context.Process(
+            target=client,
+            daemon=True,
+            args=(
+                server.port,
+                key,
+                share,
+                tag,
+                concurrent,
+                wait,
+                seed + i,
+                timeout,
+                ready,
+                go,
+                start,
+                results,
+            ),
+        )
+        for i, share in enumerate(shares)
+    ]
     for p in procs:
         p.start()
     for _ in procs:
@@ -127,8 +171,12 @@ def run(args, say) -> dict:
     n = args.chain_payments
     supply = database.seed(((WALLET, n),), "USD")
     key = api_key()
-    out: dict[str, object] = {"strategy": "ours-http", "payments": n,
-                              "processes": args.chain_processes, "wait": args.chain_wait}
+    out: dict[str, object] = {
+        "strategy": "ours-http",
+        "payments": n,
+        "processes": args.chain_processes,
+        "wait": args.chain_wait,
+    }
     with (args.out / "gunicorn-chain.log").open("w") as log:
         for mode in ("sequential", "concurrent"):
             database.reset()  # keeps the API key: the reset empties only the selection tables
@@ -136,16 +184,26 @@ def run(args, say) -> dict:
             say(f"[chain] http {mode}: {n} payments (at most {args.chain_timeout:g} s)")
             server = Server(None, log)
             try:
-                payments = _run(server, key, n, args.chain_processes, mode[:3],
-                                mode == "concurrent", args.chain_wait, args.seed,
-                                args.chain_timeout)
+                payments = _run(
+                    server,
+                    key,
+                    n,
+                    args.chain_processes,
+                    mode[:3],
+                    mode == "concurrent",
+                    args.chain_wait,
+                    args.seed,
+                    args.chain_timeout,
+                )
             finally:
                 server.stop()
             result = chain.summary(payments)
             result.update(chain.audit(payments, sum(supply.values()), True, mode[:3]))
             out[mode] = result
-            say(f"[chain] http {mode}: {result['completed']}/{n} in {result['elapsed_s']:.2f} s,"
+            say(
+                f"[chain] http {mode}: {result['completed']}/{n} in {result['elapsed_s']:.2f} s,"
                 f" errors {result['errors']}, 429: {result['rate_limited']}, worst wait "
-                f"{result['wait_ms']['max']} ms (mean {result['wait_ms']['mean']} ms)")
+                f"{result['wait_ms']['max']} ms (mean {result['wait_ms']['mean']} ms)"
+            )
     out["completion_over_sequential"] = chain.ratio(out)
     return out

@@ -19,14 +19,18 @@ from bench.strategies import CANDIDATES
 
 
 def _ratios(data: dict) -> dict[tuple, float]:
-    return {(r["workload"], r["replicas"], r["strategy"], r["baseline"]): r["value"]
-            for r in data.get("ratios", [])}
+    return {
+        (r["workload"], r["replicas"], r["strategy"], r["baseline"]): r["value"]
+        for r in data.get("ratios", [])
+    }
 
 
 def _attempts(data: dict) -> dict[tuple, float]:
-    return {(p["workload"], p["replicas"], p["strategy"]): p["attempts_per_locked_token"]
-            for p in data.get("points", [])
-            if p["strategy"] in CANDIDATES and p.get("attempts_per_locked_token")}
+    return {
+        (p["workload"], p["replicas"], p["strategy"]): p["attempts_per_locked_token"]
+        for p in data.get("points", [])
+        if p["strategy"] in CANDIDATES and p.get("attempts_per_locked_token")
+    }
 
 
 def compare(current: dict, baseline: dict, tolerance: float) -> tuple[list[str], list[str]]:
@@ -37,8 +41,10 @@ def compare(current: dict, baseline: dict, tolerance: float) -> tuple[list[str],
     for key in sorted(now.keys() & then.keys()):
         floor = then[key] * (1 - tolerance)
         bad = now[key] < floor
-        text = (f"{key[0]} R={key[1]} {key[2]}÷{key[3]}: {now[key]:.2f} vs baseline "
-                f"{then[key]:.2f} (min {floor:.2f})")
+        text = (
+            f"{key[0]} R={key[1]} {key[2]}÷{key[3]}: {now[key]:.2f} vs baseline "
+            f"{then[key]:.2f} (min {floor:.2f})"
+        )
         lines.append(("REGRESSED " if bad else "ok        ") + text)
         if bad:
             regressions.append(text)
@@ -46,8 +52,10 @@ def compare(current: dict, baseline: dict, tolerance: float) -> tuple[list[str],
     for key in sorted(now.keys() & then.keys()):
         ceiling = then[key] * (1 + tolerance)
         bad = now[key] > ceiling
-        text = (f"{key[0]} R={key[1]} {key[2]} lock attempts per locked token: "
-                f"{now[key]:.2f} vs baseline {then[key]:.2f} (max {ceiling:.2f})")
+        text = (
+            f"{key[0]} R={key[1]} {key[2]} lock attempts per locked token: "
+            f"{now[key]:.2f} vs baseline {then[key]:.2f} (max {ceiling:.2f})"
+        )
         lines.append(("REGRESSED " if bad else "ok        ") + text)
         if bad:
             regressions.append(text)
@@ -55,12 +63,19 @@ def compare(current: dict, baseline: dict, tolerance: float) -> tuple[list[str],
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.check", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.check",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("report", type=Path)
     parser.add_argument("baseline", type=Path)
-    parser.add_argument("--tolerance", type=float, default=0.25,
-                        help="allowed relative drop of a ratio (0.25: 25%%)")
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.25,
+        help="allowed relative drop of a ratio (0.25: 25%%)",
+    )
     args = parser.parse_args(argv)
     current = json.loads(args.report.read_text())
     baseline = json.loads(args.baseline.read_text())

@@ -18,8 +18,14 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_NAME = "sherdlock_bench"
 
 # Every table a run writes to; CASCADE would reach the same ones through foreign keys.
-TABLES = ("tokens_token", "locks_tokenlock", "locks_selection", "locks_failedselection",
-          "clients_ratebucket", "tokens_currencysupply")
+TABLES = (
+    "tokens_token",
+    "locks_tokenlock",
+    "locks_selection",
+    "locks_failedselection",
+    "clients_ratebucket",
+    "tokens_currencysupply",
+)
 
 # Lock rows left on unspent tokens once every replica has spent or released what it held
 # (rows planted by the housekeeping points, of spenders named EXPIRED_PREFIX..., excepted).
@@ -198,8 +204,9 @@ def _bulk_load(*tables: str):
             cursor.execute(definition)
 
 
-def seed_generated(prefix: str, wallets: int, per_wallet: int, currency: str,
-                   seed: int) -> dict[str, int]:
+def seed_generated(
+    prefix: str, wallets: int, per_wallet: int, currency: str, seed: int
+) -> dict[str, int]:
     """Replace every token by ``wallets`` x ``per_wallet`` generated ones; no snapshot is kept.
 
     Return the unspent quantity per wallet.
@@ -209,8 +216,10 @@ def seed_generated(prefix: str, wallets: int, per_wallet: int, currency: str,
         cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
     with _bulk_load("tokens_token") as cursor:
         cursor.execute("SELECT setseed(%s)", [((seed * 7919) % 1000) / 1000])
-        cursor.execute(SEED_GENERATED, {"prefix": prefix, "wallets": wallets,
-                                        "per_wallet": per_wallet, "currency": currency})
+        cursor.execute(
+            SEED_GENERATED,
+            {"prefix": prefix, "wallets": wallets, "per_wallet": per_wallet, "currency": currency},
+        )
     with _cursor() as cursor:
         cursor.execute("VACUUM ANALYZE tokens_token")
     checkpoint()
@@ -222,8 +231,7 @@ def plant_expired_locks(count: int, lease: float) -> int:
     with _cursor() as cursor:
         cursor.execute("TRUNCATE locks_tokenlock")
     with _bulk_load("locks_tokenlock") as cursor:
-        cursor.execute(SEED_EXPIRED, {"count": count, "lease": lease,
-                                      "prefix": EXPIRED_PREFIX})
+        cursor.execute(SEED_EXPIRED, {"count": count, "lease": lease, "prefix": EXPIRED_PREFIX})
         planted = cursor.rowcount
     with _cursor() as cursor:
         cursor.execute("VACUUM ANALYZE locks_tokenlock")
@@ -236,8 +244,9 @@ def top_up_expired_locks(count: int, lease: float) -> int:
     missing = count - expired_left()
     if missing > 0:
         with _Quiet(), _cursor() as cursor:
-            cursor.execute(TOP_UP_EXPIRED, {"count": missing, "lease": lease,
-                                            "prefix": EXPIRED_PREFIX})
+            cursor.execute(
+                TOP_UP_EXPIRED, {"count": missing, "lease": lease, "prefix": EXPIRED_PREFIX}
+            )
     with _cursor() as cursor:
         cursor.execute("ANALYZE locks_tokenlock")
     checkpoint()
@@ -255,8 +264,10 @@ def clear_locks() -> None:
 def expired_left() -> int:
     """Count the planted expired lock rows that are still there."""
     with _cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM locks_tokenlock WHERE spender_tx_id LIKE %s",
-                       [EXPIRED_PREFIX + "%"])
+        cursor.execute(
+            "SELECT count(*) FROM locks_tokenlock WHERE spender_tx_id LIKE %s",
+            [EXPIRED_PREFIX + "%"],
+        )
         return int(cursor.fetchone()[0])
 
 
@@ -266,12 +277,16 @@ def reset() -> None:
         cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
         cursor.execute("INSERT INTO tokens_token SELECT * FROM bench_snapshot")
         # Keep the supply summary (what issuing maintains) true to the restored tokens.
-        cursor.execute("INSERT INTO tokens_currencysupply (currency, supply) "
-                       "SELECT currency, sum(quantity) FROM bench_snapshot "
-                       "WHERE spent_at IS NULL GROUP BY currency")
+        cursor.execute(
+            "INSERT INTO tokens_currencysupply (currency, supply) "
+            "SELECT currency, sum(quantity) FROM bench_snapshot "
+            "WHERE spent_at IS NULL GROUP BY currency"
+        )
         # New outputs must not reuse snapshot ids.
-        cursor.execute("SELECT setval(pg_get_serial_sequence('tokens_token', 'id'), "
-                       "(SELECT max(id) FROM tokens_token))")
+        cursor.execute(
+            "SELECT setval(pg_get_serial_sequence('tokens_token', 'id'), "
+            "(SELECT max(id) FROM tokens_token))"
+        )
         # Fresh statistics keep the planner on the partial index whatever ran before, and a
         # vacuumed table (visibility map set) lets every point start where the previous one did
         # instead of one of them paying for autovacuum of the restored rows. The lock table is
@@ -305,8 +320,9 @@ def leaked_locks() -> int:
 def unspent_by_wallet() -> dict[str, int]:
     """Return the unspent quantity per wallet."""
     with _cursor() as cursor:
-        cursor.execute("SELECT wallet, sum(quantity) FROM tokens_token WHERE spent_at IS NULL "
-                       "GROUP BY wallet")
+        cursor.execute(
+            "SELECT wallet, sum(quantity) FROM tokens_token WHERE spent_at IS NULL GROUP BY wallet"
+        )
         return {wallet: int(total) for wallet, total in cursor.fetchall()}
 
 
@@ -317,8 +333,11 @@ def spent_tokens(by_identity: bool = False, prefix: str = "") -> dict[object, st
     """
     key = "tx_id || ':' || \"index\"" if by_identity else "id"
     with _cursor() as cursor:
-        cursor.execute(f"SELECT {key}, spent_by FROM tokens_token "
-                       "WHERE spent_by IS NOT NULL AND spent_by LIKE %s", [prefix + "%"])
+        cursor.execute(
+            f"SELECT {key}, spent_by FROM tokens_token "
+            "WHERE spent_by IS NOT NULL AND spent_by LIKE %s",
+            [prefix + "%"],
+        )
         return dict(cursor.fetchall())
 
 

@@ -39,18 +39,29 @@ PREFIX = "explain-"
 CURRENCY = "USD"
 # Where the statements live: every module-level string constant of these modules is a name a
 # statement can be reported by.
-STATEMENT_MODULES = ("locks.sql.locking", "locks.sql.lifecycle", "locks.sql.waiting",
-                     "locks.housekeeping", "clients.throttling")
+STATEMENT_MODULES = (
+    "locks.sql.locking",
+    "locks.sql.lifecycle",
+    "locks.sql.waiting",
+    "locks.housekeeping",
+    "clients.throttling",
+)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.explain", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.explain",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--wallets", type=int, default=100)
     parser.add_argument("--tokens-per-wallet", type=int, default=10_000)
     parser.add_argument("--cycles", type=int, default=2000)
-    parser.add_argument("--reuse", action="store_true",
-                        help="keep the seeded tokens when the database already holds them")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep the seeded tokens when the database already holds them",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--database", default=database.DEFAULT_NAME)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "explain.md")
@@ -76,8 +87,10 @@ def statement_names() -> dict[str, str]:
         for name, value in vars(module).items():  # statement tables (dicts/tuples of them)
             for index, item in _items(value):
                 if isinstance(item, str) and "SELECT" in item.upper():
-                    names.setdefault(_normal(db.native(item)[0]),
-                                     f"{module_name.rsplit('.', 1)[-1]}.{name}[{index}]")
+                    names.setdefault(
+                        _normal(db.native(item)[0]),
+                        f"{module_name.rsplit('.', 1)[-1]}.{name}[{index}]",
+                    )
     return names
 
 
@@ -98,15 +111,16 @@ def seed(args: argparse.Namespace) -> None:
 
     expected = args.wallets * args.tokens_per_wallet
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM tokens_token "
-                       "WHERE tx_id = 'bench-seed' AND wallet LIKE %s", [PREFIX + "%"])
+        cursor.execute(
+            "SELECT count(*) FROM tokens_token WHERE tx_id = 'bench-seed' AND wallet LIKE %s",
+            [PREFIX + "%"],
+        )
         present = cursor.fetchone()[0]
     if args.reuse and present == expected:  # the seed's own tokens; spends add others
         say(f"reusing the {present:,} tokens already seeded")
     else:
         say(f"seeding {expected:,} tokens")
-        database.seed_generated(PREFIX, args.wallets, args.tokens_per_wallet, CURRENCY,
-                                args.seed)
+        database.seed_generated(PREFIX, args.wallets, args.tokens_per_wallet, CURRENCY, args.seed)
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE locks_tokenlock, locks_selection, locks_failedselection")
         cursor.execute("VACUUM ANALYZE tokens_token")
@@ -133,9 +147,13 @@ class Cycles:
         # What the REST path adds before a selection: the rolling rate limits of the key and
         # the wallet, at their defaults.
         rates = throttling.configured_rates()
-        throttling.consume({"selections_per_key:explain": rates["selections_per_key"],
-                            f"selections_per_wallet:{wallet}": rates["selections_per_wallet"]},
-                           self.rng)
+        throttling.consume(
+            {
+                "selections_per_key:explain": rates["selections_per_key"],
+                f"selections_per_wallet:{wallet}": rates["selections_per_wallet"],
+            },
+            self.rng,
+        )
         selection, _ = services.select_tokens(tx_id, wallet, CURRENCY, self.rng.randint(1, 30))
         kind = kind or ("spend" if self.count % 2 else "release")
         if self.count % 10 == 0 or kind == "extend":
@@ -143,8 +161,9 @@ class Cycles:
         if kind in ("spend", "extend"):
             total = int(selection.total)
             pay = self.rng.randint(1, total)
-            outputs = [TokenSpec(tx_id, 0, f"{PREFIX}{self.rng.randrange(self.wallets)}",
-                                 CURRENCY, pay)]
+            outputs = [
+                TokenSpec(tx_id, 0, f"{PREFIX}{self.rng.randrange(self.wallets)}", CURRENCY, pay)
+            ]
             if total > pay:
                 outputs.append(TokenSpec(tx_id, 1, wallet, CURRENCY, total - pay))
             services.spend_selection(tx_id, outputs)
@@ -169,9 +188,18 @@ def server_times(names: dict[str, str]) -> list[dict]:
         name = names.get(_normal(query))
         if name is None:
             continue
-        found.append({"statement": name, "calls": calls, "mean_ms": mean, "total_ms": total,
-                      "rows_per_call": nrows / calls, "blocks_per_call": blocks / calls,
-                      "dirtied_per_call": dirtied / calls, "wal_per_call": wal / calls})
+        found.append(
+            {
+                "statement": name,
+                "calls": calls,
+                "mean_ms": mean,
+                "total_ms": total,
+                "rows_per_call": nrows / calls,
+                "blocks_per_call": blocks / calls,
+                "dirtied_per_call": dirtied / calls,
+                "wal_per_call": wal / calls,
+            }
+        )
     return found
 
 
@@ -206,16 +234,23 @@ def explained(names: dict[str, str], cycles: Cycles) -> list[tuple[str, str, str
     raw = connection.connection
     notices: list[str] = []
 
-
     def collect(diagnostic) -> None:
         notices.append(diagnostic.message_primary or "")
 
     with connection.cursor() as cursor:
         cursor.execute("LOAD 'auto_explain'")
-        for setting in ("log_analyze", "log_buffers", "log_timing", "log_verbose",
-                        "log_settings", "log_wal"):
-            cursor.execute(f"SET auto_explain.{setting} = %s",
-                           ["off" if setting in ("log_verbose", "log_settings") else "on"])
+        for setting in (
+            "log_analyze",
+            "log_buffers",
+            "log_timing",
+            "log_verbose",
+            "log_settings",
+            "log_wal",
+        ):
+            cursor.execute(
+                f"SET auto_explain.{setting} = %s",
+                ["off" if setting in ("log_verbose", "log_settings") else "on"],
+            )
         cursor.execute("SET auto_explain.log_min_duration = 0")
         cursor.execute("SET client_min_messages = log")
     raw.add_notice_handler(collect)
@@ -253,8 +288,7 @@ def explained(names: dict[str, str], cycles: Cycles) -> list[tuple[str, str, str
     return plans
 
 
-def markdown(args: argparse.Namespace, times: list[dict],
-             plans: list[tuple[str, str, str]]) -> str:
+def markdown(args: argparse.Namespace, times: list[dict], plans: list[tuple[str, str, str]]) -> str:
     lines = [
         f"Measured by `python -m bench.explain --cycles {args.cycles}` on "
         f"{args.wallets * args.tokens_per_wallet:,} tokens ({args.wallets} wallets x "
@@ -270,7 +304,8 @@ def markdown(args: argparse.Namespace, times: list[dict],
             f"| `{row['statement']}` | {row['calls']} | {row['mean_ms']:.3f} | "
             f"{row['total_ms']:.0f} | {row['rows_per_call']:.1f} | "
             f"{row['blocks_per_call']:.1f} | {row['dirtied_per_call']:.1f} | "
-            f"{row['wal_per_call']:.1f} |")
+            f"{row['wal_per_call']:.1f} |"
+        )
     for situation, name, plan in plans:
         lines += ["", f"#### `{name}` ({situation})", "", "```", plan, "```"]
     return "\n".join(lines) + "\n"

@@ -34,8 +34,9 @@ def parse_size(text: str) -> tuple[int, int, int] | None:
         wallets, tokens = grid.lower().split("x")
         size = int(wallets), int(tokens), int(expired)
     except ValueError:
-        raise ValueError(f"{text!r} is not WALLETSxTOKENS:EXPIRED, e.g. 1000x2000:1000000"
-                         ) from None
+        raise ValueError(
+            f"{text!r} is not WALLETSxTOKENS:EXPIRED, e.g. 1000x2000:1000000"
+        ) from None
     if min(size) < 1:
         raise ValueError(f"{text!r}: sizes must be positive")
     return size
@@ -61,10 +62,15 @@ def housekeeper(go, start, results) -> None:  # pragma: no cover - runs in its o
         while time.monotonic() - start_at < HOUSEKEEPER_TIMEOUT:
             began = time.monotonic()
             run = run_housekeeping()
-            passes.append({"started_s": round(began - start_at, 3),
-                           "ended_s": round(time.monotonic() - start_at, 3),
-                           "expired_removed": run.expired_removed,
-                           "spent_removed": run.spent_removed, "skipped": run.skipped})
+            passes.append(
+                {
+                    "started_s": round(began - start_at, 3),
+                    "ended_s": round(time.monotonic() - start_at, 3),
+                    "expired_removed": run.expired_removed,
+                    "spent_removed": run.spent_removed,
+                    "skipped": run.skipped,
+                }
+            )
             if database.expired_left() == 0:
                 break
         results.put(("done", passes))
@@ -84,8 +90,9 @@ class Housekeeper:
         os.environ.clear()
         os.environ.update(env)
         try:
-            self.process = context.Process(target=housekeeper, daemon=True,
-                                           args=(self.go, self.start, self.results))
+            self.process = context.Process(
+                target=housekeeper, daemon=True, args=(self.go, self.start, self.results)
+            )
             self.process.start()
         finally:
             os.environ.clear()
@@ -122,18 +129,24 @@ def run(args, harness, say) -> dict:
     workload = large(wallets, per_wallet, spend_ratio=args.spend_ratio, hold=args.hold)
     started = time.monotonic()
     say(f"seeding {workload.title} in the database")
-    supply = database.seed_generated("large-", wallets, per_wallet, workload.currency,
-                                     args.seed)
+    supply = database.seed_generated("large-", wallets, per_wallet, workload.currency, args.seed)
     workload.check(supply)
     say(f"seeded in {time.monotonic() - started:.1f} s")
-    out: dict[str, object] = {"workload": workload.title, "replicas": replicas,
-                              "strategy": OURS, "expired_rows": expired}
+    out: dict[str, object] = {
+        "workload": workload.title,
+        "replicas": replicas,
+        "strategy": OURS,
+        "expired_rows": expired,
+    }
 
     def point(tag: str, on_start=None) -> dict:
-        result = harness.measure(workload, OURS, replicas, supply, tag=tag, reset=False,
-                                 on_start=on_start)
-        say(f"[housekeeping] {tag}: {result['selections_per_s'] or 0:.1f} sel/s, p99 "
-            f"{result['latency_ms']['p99'] or 0:.1f} ms")
+        result = harness.measure(
+            workload, OURS, replicas, supply, tag=tag, reset=False, on_start=on_start
+        )
+        say(
+            f"[housekeeping] {tag}: {result['selections_per_s'] or 0:.1f} sel/s, p99 "
+            f"{result['latency_ms']['p99'] or 0:.1f} ms"
+        )
         return result
 
     out["no_rows"] = point("hk-a")
@@ -150,14 +163,18 @@ def run(args, harness, say) -> dict:
     passes = keeper.finish()
     finished = max((p["ended_s"] for p in passes), default=0.0)
     out["housekeeper"] = {
-        "passes": len(passes), "expired_removed": sum(p["expired_removed"] for p in passes),
-        "seconds": finished, "expired_left": database.expired_left(),
+        "passes": len(passes),
+        "expired_removed": sum(p["expired_removed"] for p in passes),
+        "seconds": finished,
+        "expired_left": database.expired_left(),
         # Share of the measured window during which housekeeping was running.
         "window_covered": round(min(1.0, finished / args.duration), 3),
         "pass_log": passes,
     }
-    say(f"[housekeeping] housekeeper: {out['housekeeper']['expired_removed']} removed in "
-        f"{finished:.1f} s, {len(passes)} passes, {out['housekeeper']['expired_left']} left")
+    say(
+        f"[housekeeping] housekeeper: {out['housekeeper']['expired_removed']} removed in "
+        f"{finished:.1f} s, {len(passes)} passes, {out['housekeeper']['expired_left']} left"
+    )
     a, b, c = out["no_rows"], out["rows_left"], out["housekeeping"]
     out["ratios"] = {
         "housekeeping_p99": _ratio(c["latency_ms"]["p99"], b["latency_ms"]["p99"]),

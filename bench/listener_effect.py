@@ -64,6 +64,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 # -- one replica process -----------------------------------------------------------------------
 
+
 def worker(args: argparse.Namespace) -> None:
     """Select, hold, then spend or release, `args.selections` times; write one JSON report."""
     import django
@@ -102,34 +103,53 @@ def worker(args: argparse.Namespace) -> None:
             continue
         latency = time.perf_counter() - started
         s = picked.stats
-        rows.append({
-            "outcome": "selected", "round_trips": store.round_trips - trips,
-            "latency": latency, "tokens": len(picked.tokens), "fetches": s.fetches,
-            "lock_attempts": s.lock_attempts, "lock_conflicts": s.lock_conflicts,
-            "cache_hits": s.cache_hits,
-        })
+        rows.append(
+            {
+                "outcome": "selected",
+                "round_trips": store.round_trips - trips,
+                "latency": latency,
+                "tokens": len(picked.tokens),
+                "fetches": s.fetches,
+                "lock_attempts": s.lock_attempts,
+                "lock_conflicts": s.lock_conflicts,
+                "cache_hits": s.cache_hits,
+            }
+        )
         time.sleep(rng.uniform(0, args.hold))
         if rng.random() < args.spend_ratio:
             with transaction.atomic():  # what a spend writes: inputs spent, outputs created
                 Token.objects.filter(pk__in=picked.token_ids).update(
-                    spent_by=tx_id, spent_at=timezone.now())
+                    spent_by=tx_id, spent_at=timezone.now()
+                )
                 # The payment goes back to the same wallet too: the supply stays constant,
                 # so every mode runs against the same amount of value.
-                outputs = [Token(tx_id=tx_id, index=0, wallet=WALLET, currency=CURRENCY,
-                                 quantity=quantity)]
+                outputs = [
+                    Token(tx_id=tx_id, index=0, wallet=WALLET, currency=CURRENCY, quantity=quantity)
+                ]
                 if picked.change:
-                    outputs.append(Token(tx_id=tx_id, index=1, wallet=WALLET,
-                                         currency=CURRENCY, quantity=picked.change))
+                    outputs.append(
+                        Token(
+                            tx_id=tx_id,
+                            index=1,
+                            wallet=WALLET,
+                            currency=CURRENCY,
+                            quantity=picked.change,
+                        )
+                    )
                 Token.objects.bulk_create(outputs)
             selector.forget(picked.token_ids, picked.key)
         else:
             selector.release(picked)
-    report = {"selections": rows, "cpu": time.process_time() - cpu,
-              "notifications": dict(listener.stats.received) if listener else {}}
+    report = {
+        "selections": rows,
+        "cpu": time.process_time() - cpu,
+        "notifications": dict(listener.stats.received) if listener else {},
+    }
     Path(args.report).write_text(json.dumps(report))
 
 
 # -- the measurement ---------------------------------------------------------------------------
+
 
 def database_url(name: str) -> str:
     """Return the URL of database `name` on the configured (or embedded) server."""
@@ -167,9 +187,10 @@ def seed(tokens: int, quantity: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE tokens_token, locks_tokenlock RESTART IDENTITY CASCADE")
         cursor.execute(
-            "INSERT INTO tokens_token (tx_id, \"index\", wallet, currency, quantity) "
+            'INSERT INTO tokens_token (tx_id, "index", wallet, currency, quantity) '
             "SELECT 'bench-seed', g, %s, %s, %s FROM generate_series(0, %s - 1) g",
-            [WALLET, CURRENCY, quantity, tokens])
+            [WALLET, CURRENCY, quantity, tokens],
+        )
         cursor.execute("ANALYZE tokens_token, locks_tokenlock")
 
 
@@ -189,21 +210,48 @@ def run_once(args: argparse.Namespace, url: str, mode: str, run: int) -> dict:
     seed(args.tokens, args.quantity)
     listen, publish = MODES[mode]
     publishing(urlsplit(url).path.lstrip("/"), publish)
-    env = {**os.environ, "DATABASE_URL": url, "SHERDLOCK_LISTEN": listen,
-           "DJANGO_SETTINGS_MODULE": "config.settings",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "SHERDLOCK_LISTEN": listen,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         go = Path(tmp) / "go"
         reports = [Path(tmp) / f"r{i}.json" for i in range(args.processes)]
-        common = ["--go", str(go), "--selections", str(args.selections), "--max-request",
-                  str(args.max_request), "--hold", str(args.hold), "--spend-ratio",
-                  str(args.spend_ratio)]
+        common = [
+            "--go",
+            str(go),
+            "--selections",
+            str(args.selections),
+            "--max-request",
+            str(args.max_request),
+            "--hold",
+            str(args.hold),
+            "--spend-ratio",
+            str(args.spend_ratio),
+        ]
         processes = [
             subprocess.Popen(
-                [sys.executable, "-m", "bench.listener_effect", "--worker", "--name",
-                 f"{mode}{run}-r{i}", "--report", str(report), "--seed", str(1000 * run + i),
-                 *common],
-                cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.listener_effect",
+                    "--worker",
+                    "--name",
+                    f"{mode}{run}-r{i}",
+                    "--report",
+                    str(report),
+                    "--seed",
+                    str(1000 * run + i),
+                    *common,
+                ],
+                cwd=ROOT,
+                env=env,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             for i, report in enumerate(reports)
         ]
         try:
@@ -230,8 +278,14 @@ def run_once(args: argparse.Namespace, url: str, mode: str, run: int) -> dict:
     for report in merged:
         for event, count in report["notifications"].items():
             notifications[event] = notifications.get(event, 0) + count
-    return {"mode": mode, "run": run, "elapsed": elapsed, "rows": rows,
-            "cpu": sum(report["cpu"] for report in merged), "notifications": notifications}
+    return {
+        "mode": mode,
+        "run": run,
+        "elapsed": elapsed,
+        "rows": rows,
+        "cpu": sum(report["cpu"] for report in merged),
+        "notifications": notifications,
+    }
 
 
 def _stderr(processes: list[subprocess.Popen]) -> str:
@@ -253,8 +307,8 @@ def summarize(runs: list[dict], processes: int) -> dict[str, float]:
         "failed": len(rows) - len(selected),
         "round_trips_per_selection": sum(row["round_trips"] for row in rows) / len(rows),
         "fetches_per_selection": sum(row["fetches"] for row in selected) / len(selected),
-        "try_lock_submissions_per_selection":
-            sum(row["lock_attempts"] for row in selected) / len(selected),
+        "try_lock_submissions_per_selection": sum(row["lock_attempts"] for row in selected)
+        / len(selected),
         # Every offered row is either granted or lost: offered = locked + conflicts.
         "lock_attempts_per_locked_token": (locked + conflicts) / locked,
         "lock_conflicts_per_selection": conflicts / len(selected),
@@ -281,22 +335,31 @@ def measure(args: argparse.Namespace) -> dict:
                 runs.append(run_once(args, url, mode, run))
         finally:
             publishing(urlsplit(url).path.lstrip("/"), True)
-    summary = {mode: summarize([r for r in runs if r["mode"] == mode], args.processes)
-               for mode in MODES}
+    summary = {
+        mode: summarize([r for r in runs if r["mode"] == mode], args.processes) for mode in MODES
+    }
     options = settings.SHERDLOCK
     return {
         "benchmark": "listener_effect",
         "config": {
-            "processes": args.processes, "selections_per_process": args.selections,
-            "tokens": args.tokens, "token_quantity": args.quantity,
-            "request": [1, args.max_request], "hold_max_s": args.hold,
-            "spend_ratio": args.spend_ratio, "runs_per_mode": args.runs,
-            "fetch_limit": options["FETCH_LIMIT"], "cache_ttl_off": options["CACHE_TTL"],
+            "processes": args.processes,
+            "selections_per_process": args.selections,
+            "tokens": args.tokens,
+            "token_quantity": args.quantity,
+            "request": [1, args.max_request],
+            "hold_max_s": args.hold,
+            "spend_ratio": args.spend_ratio,
+            "runs_per_mode": args.runs,
+            "fetch_limit": options["FETCH_LIMIT"],
+            "cache_ttl_off": options["CACHE_TTL"],
             "cache_ttl_on": options.get("CACHE_TTL_LISTENING"),
         },
         "summary": summary,
-        "runs": [{k: v for k, v in run.items() if k != "rows"}
-                 | {"summary": summarize([run], args.processes)} for run in runs],
+        "runs": [
+            {k: v for k, v in run.items() if k != "rows"}
+            | {"summary": summarize([run], args.processes)}
+            for run in runs
+        ],
     }
 
 
@@ -326,10 +389,14 @@ def table(summary: dict[str, dict[str, float]]) -> str:
             cells = [f"{c} ({m['failed']})" for c, m in zip(cells, (silent, off, on), strict=True)]
             changes = ["", ""]
         else:
-            changes = [f"{(on[name] - base[name]) / base[name]:+.0%}" if base[name] else ""
-                       for base in (off, silent)]
-        lines.append(f"{label:32} {cells[0]:>10} {cells[1]:>10} {cells[2]:>10} "
-                     f"{changes[0]:>7} {changes[1]:>9}")
+            changes = [
+                f"{(on[name] - base[name]) / base[name]:+.0%}" if base[name] else ""
+                for base in (off, silent)
+            ]
+        lines.append(
+            f"{label:32} {cells[0]:>10} {cells[1]:>10} {cells[2]:>10} "
+            f"{changes[0]:>7} {changes[1]:>9}"
+        )
     return "\n".join(lines)
 
 

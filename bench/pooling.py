@@ -42,8 +42,11 @@ def _environment(mode: str, bouncer) -> dict[str, str]:
     env = strategies.environment(OURS)
     if mode == "pooled":
         direct = os.environ["DATABASE_URL"]  # the benchmark database, set by bench.runner
-        env.update(DATABASE_URL=bouncer.url(urlsplit(direct).path.lstrip("/")),
-                   DATABASE_POOLING="transaction", DATABASE_DIRECT_URL=direct)
+        env.update(
+            DATABASE_URL=bouncer.url(urlsplit(direct).path.lstrip("/")),
+            DATABASE_POOLING="transaction",
+            DATABASE_DIRECT_URL=direct,
+        )
     return env
 
 
@@ -54,38 +57,52 @@ def run(args, harness, make_workload, say) -> dict:
     from config import pgbouncer
 
     replicas, size = args.pgbouncer_replicas, args.pgbouncer_pool
-    out: dict[str, object] = {"replicas": replicas, "pool_size": size, "strategy": OURS,
-                              "points": []}
+    out: dict[str, object] = {
+        "replicas": replicas,
+        "pool_size": size,
+        "strategy": OURS,
+        "points": [],
+    }
     workloads = [make_workload(name, args) for name in args.pgbouncer_workloads]
     results: dict[tuple[str, str], dict] = {}
     with pgbouncer.running(connection.settings_dict, pool_size=size) as bouncer:
         for mode in MODES:
-            say(f"starting {replicas} replica processes, {mode}"
-                + (f" through PgBouncer ({size} server sessions)" if mode == "pooled" else ""))
+            say(
+                f"starting {replicas} replica processes, {mode}"
+                + (f" through PgBouncer ({size} server sessions)" if mode == "pooled" else "")
+            )
             pool = Pool(replicas, _environment(mode, bouncer))
             try:
                 for workload in workloads:
                     began = time.monotonic()
                     supply = database.seed(workload.tokens, workload.currency)
                     say(f"seeded {workload.title} in {time.monotonic() - began:.1f} s")
-                    point = harness.measure(workload, OURS, replicas, supply,
-                                            tag=f"pgb-{mode}", pool=pool)
+                    point = harness.measure(
+                        workload, OURS, replicas, supply, tag=f"pgb-{mode}", pool=pool
+                    )
                     point["mode"] = mode
                     results[(workload.name, mode)] = point
                     latency = point["latency_ms"]
-                    say(f"[pgbouncer] {workload.name:<10} R={replicas:<3} {mode:<7}"
+                    say(
+                        f"[pgbouncer] {workload.name:<10} R={replicas:<3} {mode:<7}"
                         f"{point['selections_per_s'] or 0:>9.1f} sel/s  p99 "
-                        f"{latency['p99'] or 0:7.1f} ms")
+                        f"{latency['p99'] or 0:7.1f} ms"
+                    )
             finally:
                 pool.close()
     for workload in workloads:
         pooled, direct = results[(workload.name, "pooled")], results[(workload.name, "direct")]
-        out["points"].append({
-            "workload": workload.name, "pooled": pooled, "direct": direct,
-            "ratios": {
-                "selections_per_s": _ratio(pooled["selections_per_s"],
-                                           direct["selections_per_s"]),
-                "p99": _ratio(pooled["latency_ms"]["p99"], direct["latency_ms"]["p99"]),
-            },
-        })
+        out["points"].append(
+            {
+                "workload": workload.name,
+                "pooled": pooled,
+                "direct": direct,
+                "ratios": {
+                    "selections_per_s": _ratio(
+                        pooled["selections_per_s"], direct["selections_per_s"]
+                    ),
+                    "p99": _ratio(pooled["latency_ms"]["p99"], direct["latency_ms"]["p99"]),
+                },
+            }
+        )
     return out

@@ -17,15 +17,21 @@ def _order(strategy: str) -> int:
 def selection_table(points: list[dict]) -> list[str]:
     """Figures per point with ours' ratio; * marks the best baseline of the point."""
     index = {(p["workload"], p["replicas"], p["strategy"]): p for p in points}
-    head = (f"{'workload':<11}{'R':>3}  {'strategy':<22}{'sel/s':>9}{'p50 ms':>10}{'p99 ms':>10}"
-            f"{'att/tok':>8}{'insuf':>6}{'locked':>7}{'err':>4}{'dbl':>4}{'leak':>5}"
-            f"{'ours÷':>7}")
+    head = (
+        f"{'workload':<11}{'R':>3}  {'strategy':<22}{'sel/s':>9}{'p50 ms':>10}{'p99 ms':>10}"
+        f"{'att/tok':>8}{'insuf':>6}{'locked':>7}{'err':>4}{'dbl':>4}{'leak':>5}"
+        f"{'ours÷':>7}"
+    )
     lines = [head, "-" * len(head)]
     for (workload, replicas, strategy), p in sorted(
-            index.items(), key=lambda item: (item[0][0], item[0][1], _order(item[0][2]))):
+        index.items(), key=lambda item: (item[0][0], item[0][1], _order(item[0][2]))
+    ):
         ours = index.get((workload, replicas, OURS), {}).get("selections_per_s")
-        rates = {b: index[(workload, replicas, b)]["selections_per_s"] or 0 for b in BASELINES
-                 if (workload, replicas, b) in index}
+        rates = {
+            b: index[(workload, replicas, b)]["selections_per_s"] or 0
+            for b in BASELINES
+            if (workload, replicas, b) in index
+        }
         mine = p.get("selections_per_s")
         ratio = _num(ours / mine, 2) if ours and mine and strategy != OURS else ""
         best = "*" if rates and strategy == max(rates, key=rates.get) else " "
@@ -37,7 +43,8 @@ def selection_table(points: list[dict]) -> list[str]:
             f"{_num(p.get('spurious_insufficient_funds'), 0):>6}"
             f"{_num(outcomes.get('funds_locked'), 0):>7}{_num(outcomes.get('error'), 0):>4}"
             f"{_num(p.get('double_spends'), 0):>4}{_num(p.get('leaked_locks'), 0):>5}"
-            f"{ratio:>7}")
+            f"{ratio:>7}"
+        )
     return lines
 
 
@@ -45,11 +52,17 @@ def http_table(pairs: list[dict]) -> list[str]:
     """ours-http against ours in the library, point by point."""
     if not pairs:
         return []
-    head = (f"{'workload':<11}{'R':>3}  {'http sel/s':>10}{'lib sel/s':>10}{'ratio':>7}"
-            f"{'http p99':>10}{'lib p99':>9}{'ratio':>7}{'429':>6}{'5xx':>5}{'dbl':>4}"
-            f"{'leak':>5}")
-    lines = ["", "HTTP path (ours-http ÷ ours in the library, same workload and R):", head,
-             "-" * len(head)]
+    head = (
+        f"{'workload':<11}{'R':>3}  {'http sel/s':>10}{'lib sel/s':>10}{'ratio':>7}"
+        f"{'http p99':>10}{'lib p99':>9}{'ratio':>7}{'429':>6}{'5xx':>5}{'dbl':>4}"
+        f"{'leak':>5}"
+    )
+    lines = [
+        "",
+        "HTTP path (ours-http ÷ ours in the library, same workload and R):",
+        head,
+        "-" * len(head),
+    ]
     for pair in pairs:
         h, lib, r = pair["http"], pair["library"], pair["ratios"]
         lines.append(
@@ -57,7 +70,8 @@ def http_table(pairs: list[dict]) -> list[str]:
             f"{_num(lib['selections_per_s']):>10}{_num(r['selections_per_s'], 2):>7}"
             f"{_num(h['latency_ms']['p99'], 1):>10}{_num(lib['latency_ms']['p99'], 1):>9}"
             f"{_num(r['p99'], 2):>7}{h.get('rate_limited', 0):>6}{h.get('server_errors', 0):>5}"
-            f"{_num(h['double_spends'], 0):>4}{_num(h['leaked_locks'], 0):>5}")
+            f"{_num(h['double_spends'], 0):>4}{_num(h['leaked_locks'], 0):>5}"
+        )
     return lines
 
 
@@ -65,23 +79,35 @@ def housekeeping_table(section: dict | None) -> list[str]:
     """The three housekeeping points and the housekeeper's work."""
     if not section:
         return []
-    lines = ["", f"Housekeeping ({section['workload']}, {section['planted']} expired lock rows,"
-                 f" ours at R={section['replicas']}):"]
-    for name, label in (("no_rows", "(a) no lock rows"), ("rows_left", "(b) rows left"),
-                        ("housekeeping", "(c) while housekeeping")):
+    lines = [
+        "",
+        f"Housekeeping ({section['workload']}, {section['planted']} expired lock rows,"
+        f" ours at R={section['replicas']}):",
+    ]
+    for name, label in (
+        ("no_rows", "(a) no lock rows"),
+        ("rows_left", "(b) rows left"),
+        ("housekeeping", "(c) while housekeeping"),
+    ):
         p = section[name]
-        lines.append(f"  {label:<24}{_num(p['selections_per_s']):>9} sel/s  p50 "
-                     f"{_num(p['latency_ms']['p50'], 1):>7} ms  p99 "
-                     f"{_num(p['latency_ms']['p99'], 1):>7} ms  dbl "
-                     f"{p['double_spends']}  leak {p['leaked_locks']}")
+        lines.append(
+            f"  {label:<24}{_num(p['selections_per_s']):>9} sel/s  p50 "
+            f"{_num(p['latency_ms']['p50'], 1):>7} ms  p99 "
+            f"{_num(p['latency_ms']['p99'], 1):>7} ms  dbl "
+            f"{p['double_spends']}  leak {p['leaked_locks']}"
+        )
     keeper, ratios = section["housekeeper"], section["ratios"]
-    lines.append(f"  housekeeper: {keeper['expired_removed']} removed in "
-                 f"{keeper['seconds']:.1f} s ({keeper['passes']} passes), "
-                 f"{keeper['expired_left']} left")
-    lines.append(f"  (c)/(b) p99 {_num(ratios['housekeeping_p99'], 2)}, sel/s "
-                 f"{_num(ratios['housekeeping_selections_per_s'], 2)}; leftover rows (b)/(a) "
-                 f"sel/s {_num(ratios['leftover_rows_selections_per_s'], 2)}, p99 "
-                 f"{_num(ratios['leftover_rows_p99'], 2)}")
+    lines.append(
+        f"  housekeeper: {keeper['expired_removed']} removed in "
+        f"{keeper['seconds']:.1f} s ({keeper['passes']} passes), "
+        f"{keeper['expired_left']} left"
+    )
+    lines.append(
+        f"  (c)/(b) p99 {_num(ratios['housekeeping_p99'], 2)}, sel/s "
+        f"{_num(ratios['housekeeping_selections_per_s'], 2)}; leftover rows (b)/(a) "
+        f"sel/s {_num(ratios['leftover_rows_selections_per_s'], 2)}, p99 "
+        f"{_num(ratios['leftover_rows_p99'], 2)}"
+    )
     return lines
 
 
@@ -89,11 +115,16 @@ def pgbouncer_table(section: dict | None) -> list[str]:
     """Ours through PgBouncer's transaction pool against ours with a session per replica."""
     if not section:
         return []
-    head = (f"  {'workload':<11}{'mode':<8}{'sel/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'insuf':>6}"
-            f"{'locked':>7}{'err':>4}{'dbl':>4}{'leak':>5}")
-    lines = ["", f"PgBouncer (ours at R={section['replicas']}, transaction pool of "
-                 f"{section['pool_size']} server sessions, against a session per replica):",
-             head]
+    head = (
+        f"  {'workload':<11}{'mode':<8}{'sel/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'insuf':>6}"
+        f"{'locked':>7}{'err':>4}{'dbl':>4}{'leak':>5}"
+    )
+    lines = [
+        "",
+        f"PgBouncer (ours at R={section['replicas']}, transaction pool of "
+        f"{section['pool_size']} server sessions, against a session per replica):",
+        head,
+    ]
     for pair in section["points"]:
         for mode in ("pooled", "direct"):
             p = pair[mode]
@@ -103,10 +134,13 @@ def pgbouncer_table(section: dict | None) -> list[str]:
                 f"{_num(latency.get('p50')):>9}{_num(latency.get('p99')):>9}"
                 f"{_num(p.get('spurious_insufficient_funds'), 0):>6}"
                 f"{_num(outcomes.get('funds_locked'), 0):>7}{_num(outcomes.get('error'), 0):>4}"
-                f"{_num(p.get('double_spends'), 0):>4}{_num(p.get('leaked_locks'), 0):>5}")
+                f"{_num(p.get('double_spends'), 0):>4}{_num(p.get('leaked_locks'), 0):>5}"
+            )
         ratios = pair["ratios"]
-        lines.append(f"  {pair['workload']:<11}pooled ÷ direct: sel/s "
-                     f"{_num(ratios['selections_per_s'], 2)}, p99 {_num(ratios['p99'], 2)}")
+        lines.append(
+            f"  {pair['workload']:<11}pooled ÷ direct: sel/s "
+            f"{_num(ratios['selections_per_s'], 2)}, p99 {_num(ratios['p99'], 2)}"
+        )
     return lines
 
 
@@ -114,8 +148,10 @@ def chain_table(section: dict | None) -> list[str]:
     """Sequential and concurrent runs of the chain, library and HTTP."""
     if not section:
         return []
-    head = (f"  {'path':<9}{'mode':<12}{'done':>9}{'seconds':>9}{'errors':>7}{'mean wait':>11}"
-            f"{'worst':>9}{'worst÷mean':>11}{'locked':>8}{'429':>6}")
+    head = (
+        f"  {'path':<9}{'mode':<12}{'done':>9}{'seconds':>9}{'errors':>7}{'mean wait':>11}"
+        f"{'worst':>9}{'worst÷mean':>11}{'locked':>8}{'429':>6}"
+    )
     lines = ["", "Chain (one token, payments of 1 with the change back; waits in ms):", head]
     for side in ("library", "http"):
         run = section.get(side) or {}
@@ -130,9 +166,11 @@ def chain_table(section: dict | None) -> list[str]:
                 f"  {side:<9}{mode:<12}{r['completed']:>5}/{r['payments']:<3}"
                 f"{r['elapsed_s']:>9.2f}{r['errors']:>7}{_num(r['wait_ms']['mean']):>11}"
                 f"{_num(r['wait_ms']['max']):>9}{_num(r['worst_over_mean_wait'], 2):>11}"
-                f"{r['funds_locked']:>8}{r['rate_limited']:>6}")
-        lines.append(f"  {side:<9}completion ÷ sequential: "
-                     f"{_num(run.get('completion_over_sequential'), 2)}")
+                f"{r['funds_locked']:>8}{r['rate_limited']:>6}"
+            )
+        lines.append(
+            f"  {side:<9}completion ÷ sequential: {_num(run.get('completion_over_sequential'), 2)}"
+        )
     return lines
 
 
@@ -149,8 +187,9 @@ def target_lines(targets: list[dict]) -> list[str]:
             where = f"chain N={t['replicas']}"
         threshold = "" if t["threshold"] is None else f" (threshold {t['threshold']})"
         note = f" [{t['note']}]" if t["note"] else ""
-        lines.append(f"  {state:<13} {where}: {t['target']}: {_num(t['value'], 2)}"
-                     f"{threshold}{note}")
+        lines.append(
+            f"  {state:<13} {where}: {t['target']}: {_num(t['value'], 2)}{threshold}{note}"
+        )
     return lines
 
 
@@ -167,10 +206,18 @@ def render(data: dict) -> str:
     lines.append(f"  {met} of {judged} measured targets met")
     for note in data["skipped"]:
         lines.append(f"  skipped {note['what']}: {note['why']}")
-    lines.append("correctness: " + ("ok (no double spend, no leaked lock, no lost spend, no "
-                                    "spurious insufficient funds, no failed selection)"
-                                    if not data["problems"] else "; ".join(data["problems"])))
-    lines.append("insuf = spurious insufficient funds; locked = funds-locked answers; err = "
-                 "failed selections; att/tok = lock attempts per locked token; ours÷ = ours "
-                 "sel/s ÷ this row's; * = the point's best baseline (floor: informational)")
+    lines.append(
+        "correctness: "
+        + (
+            "ok (no double spend, no leaked lock, no lost spend, no "
+            "spurious insufficient funds, no failed selection)"
+            if not data["problems"]
+            else "; ".join(data["problems"])
+        )
+    )
+    lines.append(
+        "insuf = spurious insufficient funds; locked = funds-locked answers; err = "
+        "failed selections; att/tok = lock attempts per locked token; ours÷ = ours "
+        "sel/s ÷ this row's; * = the point's best baseline (floor: informational)"
+    )
     return "\n".join(lines)

@@ -34,22 +34,44 @@ def ratios(points: list[dict], http: list[dict] | None = None) -> list[dict]:
         for baseline in (*BASELINES, FLOOR):
             other = index.get((workload, replicas, baseline))
             if other and point["selections_per_s"] and other["selections_per_s"]:
-                out.append({"workload": workload, "replicas": replicas, "strategy": strategy,
-                            "baseline": baseline, "metric": "selections_per_s",
-                            "value": round(point["selections_per_s"]
-                                           / other["selections_per_s"], 3)})
+                out.append(
+                    {
+                        "workload": workload,
+                        "replicas": replicas,
+                        "strategy": strategy,
+                        "baseline": baseline,
+                        "metric": "selections_per_s",
+                        "value": round(point["selections_per_s"] / other["selections_per_s"], 3),
+                    }
+                )
     for pair in http or []:
         if value := pair["ratios"].get("selections_per_s"):
-            out.append({"workload": pair["workload"], "replicas": pair["replicas"],
-                        "strategy": HTTP, "baseline": OURS, "metric": "selections_per_s",
-                        "value": value})
+            out.append(
+                {
+                    "workload": pair["workload"],
+                    "replicas": pair["replicas"],
+                    "strategy": HTTP,
+                    "baseline": OURS,
+                    "metric": "selections_per_s",
+                    "value": value,
+                }
+            )
     return out
 
 
 def _point_problems(where: str, p: dict) -> list[str]:
-    found = [f"{where}: {key}={p[key]}"
-             for key in ("double_spends", "leaked_locks", "spend_failures", "release_failures",
-                         "spurious_insufficient_funds", "server_errors") if p.get(key)]
+    found = [
+        f"{where}: {key}={p[key]}"
+        for key in (
+            "double_spends",
+            "leaked_locks",
+            "spend_failures",
+            "release_failures",
+            "spurious_insufficient_funds",
+            "server_errors",
+        )
+        if p.get(key)
+    ]
     if errors := p.get("outcomes", {}).get("error"):
         found.append(f"{where}: {errors} failed selection(s): {p.get('errors')}")
     if p.get("supply_conserved") is False:
@@ -76,7 +98,8 @@ def problems(data: dict) -> list[str]:
     for pair in pooled.get("points", []):
         for mode in ("pooled", "direct"):
             found += _point_problems(
-                f"pgbouncer {pair['workload']} R={pooled['replicas']} {mode}", pair[mode])
+                f"pgbouncer {pair['workload']} R={pooled['replicas']} {mode}", pair[mode]
+            )
     for side, run in (data.get("chain") or {}).items():
         for mode in ("sequential", "concurrent"):
             result = (run or {}).get(mode)
@@ -95,15 +118,19 @@ def correct(data: dict) -> bool:
     return not problems(data)
 
 
-def build(points: list[dict], sections: dict, skipped: list[dict], config: dict,
-          elapsed: float) -> dict:
+def build(
+    points: list[dict], sections: dict, skipped: list[dict], config: dict, elapsed: float
+) -> dict:
     """Assemble the report."""
     data = {
         "version": VERSION,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "python": platform.python_version(),
-                    "postgres": database.server_version()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "postgres": database.server_version(),
+        },
         "config": {k: (str(v) if isinstance(v, os.PathLike) else v) for k, v in config.items()},
         "elapsed_s": round(elapsed, 1),
         "points": points,

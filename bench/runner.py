@@ -37,6 +37,7 @@ def _names(choices: tuple[str, ...]):
         if unknown := sorted(set(names) - set(choices)):
             raise argparse.ArgumentTypeError(f"unknown: {', '.join(unknown)}")
         return names
+
     return parse
 
 
@@ -50,10 +51,10 @@ def _size(text: str):
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--workloads", type=_names(WORKLOADS), default=list(WORKLOADS))
-    parser.add_argument("--strategies", type=_names(strategies.ALL),
-                        default=list(strategies.ALL))
-    parser.add_argument("--replicas", type=_ints, default=[1, 8, 20],
-                        help="replica counts, comma-separated")
+    parser.add_argument("--strategies", type=_names(strategies.ALL), default=list(strategies.ALL))
+    parser.add_argument(
+        "--replicas", type=_ints, default=[1, 8, 20], help="replica counts, comma-separated"
+    )
     parser.add_argument("--duration", type=float, default=3.0, help="seconds per point")
     parser.add_argument("--spread-wallets", type=int, default=1000)
     parser.add_argument("--spread-tokens", type=int, default=100, help="tokens per wallet")
@@ -61,46 +62,94 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--hot-tokens-big", type=int, default=10)
     parser.add_argument("--hot-tokens-big-quantity", type=int, default=1000)
     parser.add_argument("--hot-tokens-small", type=int, default=990)
-    parser.add_argument("--spend-ratio", type=float, default=0.5,
-                        help="share of selections spent (the rest are released)")
-    parser.add_argument("--hold", type=float, default=0.0,
-                        help="mean seconds a selection is held before spend or release")
-    parser.add_argument("--http-replicas", type=_ints, default=[4, 8],
-                        help="web server workers (and load processes) for the HTTP points; "
-                             "empty skips them")
-    parser.add_argument("--http-workloads", type=_names(WORKLOADS),
-                        default=["hot-wallet", "spread"])
-    parser.add_argument("--housekeeping", type=_size, default=(1000, 2000, 1_000_000),
-                        metavar="WALLETSxTOKENS:EXPIRED",
-                        help="sizes of the housekeeping points (default 1000x2000:1000000); "
-                             "'off' skips them")
+    parser.add_argument(
+        "--spend-ratio",
+        type=float,
+        default=0.5,
+        help="share of selections spent (the rest are released)",
+    )
+    parser.add_argument(
+        "--hold",
+        type=float,
+        default=0.0,
+        help="mean seconds a selection is held before spend or release",
+    )
+    parser.add_argument(
+        "--http-replicas",
+        type=_ints,
+        default=[4, 8],
+        help="web server workers (and load processes) for the HTTP points; empty skips them",
+    )
+    parser.add_argument(
+        "--http-workloads", type=_names(WORKLOADS), default=["hot-wallet", "spread"]
+    )
+    parser.add_argument(
+        "--housekeeping",
+        type=_size,
+        default=(1000, 2000, 1_000_000),
+        metavar="WALLETSxTOKENS:EXPIRED",
+        help="sizes of the housekeeping points (default 1000x2000:1000000); 'off' skips them",
+    )
     parser.add_argument("--housekeeping-replicas", type=int, default=8)
-    parser.add_argument("--chain-payments", type=int, default=100,
-                        help="payments of the chain (one token of this many); 0 skips it")
-    parser.add_argument("--chain-processes", type=int, default=4,
-                        help="processes the chain's payments (threads) are spread over")
-    parser.add_argument("--chain-timeout", type=float, default=60.0,
-                        help="seconds after which an unfinished payment counts as an error")
-    parser.add_argument("--chain-wait", type=float, default=30.0, metavar="SECONDS",
-                        help="a selection may wait this long for held funds, in the key's "
-                             "queue (Prefer: wait=N over HTTP); 0 answers funds locked at "
-                             "once and the payment retries after the advice it was given")
-    parser.add_argument("--pgbouncer-replicas", type=int, default=50,
-                        help="replica processes of the PgBouncer points, pooled and direct; "
-                             "0 skips them")
-    parser.add_argument("--pgbouncer-pool", type=int, default=10,
-                        help="server sessions PgBouncer pools the replicas' transactions onto")
-    parser.add_argument("--pgbouncer-workloads", type=_names(WORKLOADS),
-                        default=["spread", "hot-wallet"])
+    parser.add_argument(
+        "--chain-payments",
+        type=int,
+        default=100,
+        help="payments of the chain (one token of this many); 0 skips it",
+    )
+    parser.add_argument(
+        "--chain-processes",
+        type=int,
+        default=4,
+        help="processes the chain's payments (threads) are spread over",
+    )
+    parser.add_argument(
+        "--chain-timeout",
+        type=float,
+        default=60.0,
+        help="seconds after which an unfinished payment counts as an error",
+    )
+    parser.add_argument(
+        "--chain-wait",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="a selection may wait this long for held funds, in the key's "
+        "queue (Prefer: wait=N over HTTP); 0 answers funds locked at "
+        "once and the payment retries after the advice it was given",
+    )
+    parser.add_argument(
+        "--pgbouncer-replicas",
+        type=int,
+        default=50,
+        help="replica processes of the PgBouncer points, pooled and direct; 0 skips them",
+    )
+    parser.add_argument(
+        "--pgbouncer-pool",
+        type=int,
+        default=10,
+        help="server sessions PgBouncer pools the replicas' transactions onto",
+    )
+    parser.add_argument(
+        "--pgbouncer-workloads", type=_names(WORKLOADS), default=["spread", "hot-wallet"]
+    )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--database", default=database.DEFAULT_NAME,
-                        help="database to create and use on the server (emptied!)")
+    parser.add_argument(
+        "--database",
+        default=database.DEFAULT_NAME,
+        help="database to create and use on the server (emptied!)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--check", type=Path, metavar="BASELINE",
-                        help="compare the fresh report with BASELINE; exit 1 on a regression")
+    parser.add_argument(
+        "--check",
+        type=Path,
+        metavar="BASELINE",
+        help="compare the fresh report with BASELINE; exit 1 on a regression",
+    )
     parser.add_argument("--tolerance", type=float, default=0.25)
-    parser.add_argument("--write-baseline", action="store_true",
-                        help="also save the report as <out>/baseline.json")
+    parser.add_argument(
+        "--write-baseline", action="store_true", help="also save the report as <out>/baseline.json"
+    )
     args = parser.parse_args(argv)
     if not args.replicas or min(args.replicas) < 1 or args.duration <= 0:
         parser.error("need positive replica counts and duration")
@@ -121,8 +170,13 @@ def make_workload(name: str, args: argparse.Namespace) -> Workload:
     elif name == "hot-wallet":
         workload = hot_wallet(args.hot_wallet_tokens, args.seed, **options)
     else:
-        workload = hot_tokens(args.hot_tokens_big, args.hot_tokens_big_quantity,
-                              args.hot_tokens_small, args.seed, **options)
+        workload = hot_tokens(
+            args.hot_tokens_big,
+            args.hot_tokens_big_quantity,
+            args.hot_tokens_small,
+            args.seed,
+            **options,
+        )
     workload.check()
     return workload
 
@@ -133,8 +187,14 @@ class Harness:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.pools: dict[str, object] = {}
-        self.size = max([*args.replicas, *args.http_replicas, args.housekeeping_replicas,
-                         min(args.chain_processes, max(1, args.chain_payments))])
+        self.size = max(
+            [
+                *args.replicas,
+                *args.http_replicas,
+                args.housekeeping_replicas,
+                min(args.chain_processes, max(1, args.chain_payments)),
+            ]
+        )
 
     def pool(self, strategy: str):
         from bench.worker import Pool
@@ -142,8 +202,10 @@ class Harness:
         overrides = strategies.overrides(strategy)
         name = ",".join(f"{k}={v}" for k, v in sorted(overrides.items()))
         if name not in self.pools:
-            say(f"starting {self.size} replica processes with the shipped settings"
-                f"{f' and {name}' if name else ''}")
+            say(
+                f"starting {self.size} replica processes with the shipped settings"
+                f"{f' and {name}' if name else ''}"
+            )
             self.pools[name] = Pool(self.size, strategies.environment(strategy))
         return self.pools[name]
 
@@ -151,9 +213,17 @@ class Harness:
         for pool in self.pools.values():
             pool.close()
 
-    def measure(self, workload: Workload, strategy: str, replicas: int,
-                supply: dict[str, int], tag: str = "", reset: bool = True,
-                on_start=None, pool=None) -> dict:
+    def measure(
+        self,
+        workload: Workload,
+        strategy: str,
+        replicas: int,
+        supply: dict[str, int],
+        tag: str = "",
+        reset: bool = True,
+        on_start=None,
+        pool=None,
+    ) -> dict:
         """Measure one point (on freshly reset data unless ``reset`` is False).
 
         ``pool`` runs it on replica processes of the caller's (default: the strategy's own).
@@ -164,16 +234,18 @@ class Harness:
         if reset:
             database.reset()
         notifying = strategies.deploy(strategy)
-        point: dict[str, object] = {"workload": workload.name, "strategy": strategy,
-                                    "replicas": replicas}
+        point: dict[str, object] = {
+            "workload": workload.name,
+            "strategy": strategy,
+            "replicas": replicas,
+        }
         duration = self.args.duration
         if strategy == strategies.FLOOR:
             return {**point, **self._floor(workload, replicas, duration)}
         lite = dataclasses.replace(workload, tokens=())
         tag = tag or strategy
         # Replica i draws the same requests whatever the strategy: same data, same demand.
-        tasks = [Task(strategy, lite, i, self.args.seed * 1000 + i, tag)
-                 for i in range(replicas)]
+        tasks = [Task(strategy, lite, i, self.args.seed * 1000 + i, tag) for i in range(replicas)]
         records, infos = (pool or self.pool(strategy)).run(tasks, duration, on_start)
         point["duration_s"] = duration
         if strategy in strategies.CANDIDATES:
@@ -183,7 +255,8 @@ class Harness:
         point.update(verify.figures(records, duration, supply))
         stored = database.spent_tokens(prefix=f"{tag}-")
         point["double_spends"] = verify.overlapping_holds(records) + verify.spent_twice(
-            records, stored)
+            records, stored
+        )
         point["leaked_locks"] = database.leaked_locks()
         point["supply_conserved"] = database.unspent_by_wallet() == supply
         return point
@@ -196,18 +269,27 @@ class Harness:
         from bench.strategies import floor
 
         options = settings.SHERDLOCK
-        result = floor.run(workload, replicas, duration, connection.settings_dict,
-                           int(options["FETCH_LIMIT"]), float(options["LEASE_SECONDS"]))
+        result = floor.run(
+            workload,
+            replicas,
+            duration,
+            connection.settings_dict,
+            int(options["FETCH_LIMIT"]),
+            float(options["LEASE_SECONDS"]),
+        )
         latencies, elapsed = result["latencies"], result["elapsed"]
         return {
-            "duration_s": elapsed, "selections": len(latencies),
+            "duration_s": elapsed,
+            "selections": len(latencies),
             "selections_per_s": round(len(latencies) / elapsed, 2),
             "latency_ms": verify.latency_ms(latencies),
             "outcomes": {"selected": len(latencies), "error": result["failed"]},
             # Cycles replayed after a deadlock between our own statements.
             "retried": result["retried"],
-            "lock_attempts": None, "attempts_per_locked_token": None,
-            "spurious_insufficient_funds": None, "double_spends": None,
+            "lock_attempts": None,
+            "attempts_per_locked_token": None,
+            "spurious_insufficient_funds": None,
+            "double_spends": None,
             # pgbench ends its run between the two statements of some clients' cycles, so
             # leftover locks say nothing about the SQL; reset() removes them.
             "leaked_locks": None,
@@ -225,14 +307,16 @@ def run_points(harness: Harness, workloads: list[Workload], names: list[str]) ->
         supply = database.seed(workload.tokens, workload.currency)
         for turn, replicas in enumerate(args.replicas):
             # Rotate the order, so that no strategy always runs first after a reseed.
-            for strategy in names[turn % len(names):] + names[:turn % len(names)]:
+            for strategy in names[turn % len(names) :] + names[: turn % len(names)]:
                 point = harness.measure(workload, strategy, replicas, supply)
                 points.append(point)
                 latency = point["latency_ms"]
-                say(f"[{len(points)}/{total}] {workload.name:<10} R={replicas:<3} "
+                say(
+                    f"[{len(points)}/{total}] {workload.name:<10} R={replicas:<3} "
                     f"{strategy:<21} {point['selections_per_s'] or 0:>8.1f} sel/s  "
                     f"p50 {latency['p50'] or 0:6.1f} ms  p99 {latency['p99'] or 0:7.1f} ms  "
-                    f"{_faults(point)}")
+                    f"{_faults(point)}"
+                )
     return points
 
 
@@ -277,8 +361,12 @@ def _available(names: list[str], skipped: list[dict[str, str]]) -> list[str]:
     names = list(names)
     if strategies.LISTENER in names and not strategies.listener_available():
         names.remove(strategies.LISTENER)
-        skipped.append({"what": strategies.LISTENER,
-                        "why": "locks.listener does not exist yet; run again once it does"})
+        skipped.append(
+            {
+                "what": strategies.LISTENER,
+                "why": "locks.listener does not exist yet; run again once it does",
+            }
+        )
     if strategies.FLOOR in names and (why := floor.unavailable()):
         names.remove(strategies.FLOOR)
         skipped.append({"what": strategies.FLOOR, "why": why})
@@ -311,9 +399,16 @@ def _run(args: argparse.Namespace, started: float) -> int:
                 sections["pgbouncer"] = pooling.run(args, harness, make_workload, say)
         if args.chain_payments:
             sections["chain"] = {
-                "library": chain.run(harness, strategies.OURS, args.chain_payments,
-                                     args.chain_processes, args.chain_timeout, args.seed, say,
-                                     args.chain_wait),
+                "library": chain.run(
+                    harness,
+                    strategies.OURS,
+                    args.chain_payments,
+                    args.chain_processes,
+                    args.chain_timeout,
+                    args.seed,
+                    say,
+                    args.chain_wait,
+                ),
             }
     finally:
         harness.close()
@@ -329,6 +424,5 @@ def _run(args: argparse.Namespace, started: float) -> int:
         shutil.copyfile(report_path, args.out / "baseline.json")
         say(f"baseline {args.out / 'baseline.json'}")
     if args.check:
-        return check.main([str(report_path), str(args.check), "--tolerance",
-                           str(args.tolerance)])
+        return check.main([str(report_path), str(args.check), "--tolerance", str(args.tolerance)])
     return 0 if report.correct(data) else 1

@@ -15,14 +15,28 @@ from __future__ import annotations
 
 from bench.strategies import BASELINES, HTTP, OURS
 
-SELECTION_POINTS = (("hot-wallet", 1), ("hot-wallet", 8), ("hot-wallet", 20), ("spread", 8),
-                    ("hot-tokens", 8), ("hot-tokens", 20))
+SELECTION_POINTS = (
+    ("hot-wallet", 1),
+    ("hot-wallet", 8),
+    ("hot-wallet", 20),
+    ("spread", 8),
+    ("hot-tokens", 8),
+    ("hot-tokens", 20),
+)
 HTTP_RATIO_REPLICAS = 8
 
 
-def _target(section: str, text: str, workload: str, replicas: int | None,
-            value: float | None, threshold: float | None, at_least: bool = False,
-            note: str = "", measured: bool = True) -> dict:
+def _target(
+    section: str,
+    text: str,
+    workload: str,
+    replicas: int | None,
+    value: float | None,
+    threshold: float | None,
+    at_least: bool = False,
+    note: str = "",
+    measured: bool = True,
+) -> dict:
     """One target; ``threshold`` None makes it a figure to print (met None, "info")."""
     if threshold is None or not measured:
         met = None
@@ -30,9 +44,18 @@ def _target(section: str, text: str, workload: str, replicas: int | None,
         met = False  # measured but not computable: e.g. no selection at all
     else:
         met = value >= threshold if at_least else value <= threshold
-    return {"section": section, "target": text, "workload": workload, "replicas": replicas,
-            "value": None if value is None else round(value, 3), "threshold": threshold,
-            "met": met, "info": threshold is None, "measured": measured, "note": note}
+    return {
+        "section": section,
+        "target": text,
+        "workload": workload,
+        "replicas": replicas,
+        "value": None if value is None else round(value, 3),
+        "threshold": threshold,
+        "met": met,
+        "info": threshold is None,
+        "measured": measured,
+        "note": note,
+    }
 
 
 def _p99(point: dict | None) -> float | None:
@@ -45,8 +68,9 @@ def selection_targets(points: list[dict]) -> list[dict]:
     out = []
     for workload, replicas in SELECTION_POINTS:
         ours = index.get((workload, replicas, OURS))
-        others = {b: index[(workload, replicas, b)] for b in BASELINES
-                  if (workload, replicas, b) in index}
+        others = {
+            b: index[(workload, replicas, b)] for b in BASELINES if (workload, replicas, b) in index
+        }
         measured = ours is not None and bool(others)
         missing = [b for b in BASELINES if b not in others]
         note = f"without {', '.join(missing)}" if missing and others else ""
@@ -55,24 +79,61 @@ def selection_targets(points: list[dict]) -> list[dict]:
         best = max(rates, key=rates.get, default=None)
         lowest = min(p99s, key=p99s.get, default=None)
         mine = (ours or {}).get("selections_per_s")
-        out.append(_target(
-            "selection", "selections/s >= 1.0x the best baseline", workload, replicas,
-            mine / rates[best] if mine and best else None, 1.0, at_least=True,
-            note=f"best: {best}" + (f"; {note}" if note else "") if best else note,
-            measured=measured))
-        out.append(_target(
-            "selection", "p99 <= 1.1x the lowest baseline p99", workload, replicas,
-            _p99(ours) / p99s[lowest] if _p99(ours) and lowest else None, 1.1,
-            note=f"lowest: {lowest}" if lowest else "", measured=measured))
-        out.append(_target(
-            "selection", "lock attempts per locked token <= 1.2", workload, replicas,
-            (ours or {}).get("attempts_per_locked_token"), 1.2, measured=ours is not None))
-        faults = None if ours is None else sum(
-            ours.get(k) or 0 for k in ("spurious_insufficient_funds", "double_spends",
-                                       "leaked_locks"))
-        out.append(_target(
-            "selection", "0 spurious insufficient funds, double spends, leaked locks",
-            workload, replicas, faults, 0, measured=ours is not None))
+        out.append(
+            _target(
+                "selection",
+                "selections/s >= 1.0x the best baseline",
+                workload,
+                replicas,
+                mine / rates[best] if mine and best else None,
+                1.0,
+                at_least=True,
+                note=f"best: {best}" + (f"; {note}" if note else "") if best else note,
+                measured=measured,
+            )
+        )
+        out.append(
+            _target(
+                "selection",
+                "p99 <= 1.1x the lowest baseline p99",
+                workload,
+                replicas,
+                _p99(ours) / p99s[lowest] if _p99(ours) and lowest else None,
+                1.1,
+                note=f"lowest: {lowest}" if lowest else "",
+                measured=measured,
+            )
+        )
+        out.append(
+            _target(
+                "selection",
+                "lock attempts per locked token <= 1.2",
+                workload,
+                replicas,
+                (ours or {}).get("attempts_per_locked_token"),
+                1.2,
+                measured=ours is not None,
+            )
+        )
+        faults = (
+            None
+            if ours is None
+            else sum(
+                ours.get(k) or 0
+                for k in ("spurious_insufficient_funds", "double_spends", "leaked_locks")
+            )
+        )
+        out.append(
+            _target(
+                "selection",
+                "0 spurious insufficient funds, double spends, leaked locks",
+                workload,
+                replicas,
+                faults,
+                0,
+                measured=ours is not None,
+            )
+        )
     return out
 
 
@@ -83,38 +144,92 @@ def http_targets(pairs: list[dict]) -> list[dict]:
         workload, replicas, point = pair["workload"], pair["replicas"], pair["http"]
         ratios = pair["ratios"]
         if replicas == HTTP_RATIO_REPLICAS:
-            out.append(_target("http", f"{HTTP} selections/s >= 0.5x ours", workload, replicas,
-                               ratios.get("selections_per_s"), 0.5, at_least=True))
+            out.append(
+                _target(
+                    "http",
+                    f"{HTTP} selections/s >= 0.5x ours",
+                    workload,
+                    replicas,
+                    ratios.get("selections_per_s"),
+                    0.5,
+                    at_least=True,
+                )
+            )
         else:
-            out.append(_target("http", f"{HTTP} selections/s ÷ ours", workload, replicas,
-                               ratios.get("selections_per_s"), None))
-        out.append(_target("http", f"{HTTP} select p99 <= 3x ours", workload, replicas,
-                           ratios.get("p99"), 3.0))
-        out.append(_target("http", "no 429 at the default rate limits", workload, replicas,
-                           point.get("rate_limited", 0), 0))
-        out.append(_target("http", "no 5xx", workload, replicas, point.get("server_errors", 0),
-                           0))
+            out.append(
+                _target(
+                    "http",
+                    f"{HTTP} selections/s ÷ ours",
+                    workload,
+                    replicas,
+                    ratios.get("selections_per_s"),
+                    None,
+                )
+            )
+        out.append(
+            _target(
+                "http", f"{HTTP} select p99 <= 3x ours", workload, replicas, ratios.get("p99"), 3.0
+            )
+        )
+        out.append(
+            _target(
+                "http",
+                "no 429 at the default rate limits",
+                workload,
+                replicas,
+                point.get("rate_limited", 0),
+                0,
+            )
+        )
+        out.append(_target("http", "no 5xx", workload, replicas, point.get("server_errors", 0), 0))
     return out
 
 
 def housekeeping_targets(section: dict | None) -> list[dict]:
     """Evaluate the housekeeping target; print the cost of the leftover rows."""
     if not section:
-        return [_target("housekeeping", "p99 while housekeeping <= 1.2x without", "large", None,
-                        None, 1.2, measured=False)]
+        return [
+            _target(
+                "housekeeping",
+                "p99 while housekeeping <= 1.2x without",
+                "large",
+                None,
+                None,
+                1.2,
+                measured=False,
+            )
+        ]
     replicas, ratios = section["replicas"], section["ratios"]
     keeper = section["housekeeper"]
     covered = keeper["window_covered"]
     return [
-        _target("housekeeping", "p99 while housekeeping <= 1.2x without (c/b)", "large",
-                replicas, ratios["housekeeping_p99"], 1.2,
-                note=f"housekeeping ran {covered:.0%} of the window" if covered < 1 else ""),
-        _target("housekeeping", "housekeeping removed every expired row", "large", replicas,
-                keeper["expired_left"], 0,
-                note=f"{keeper['expired_removed']} removed in {keeper['seconds']:.1f} s"),
-        _target("housekeeping", "leftover rows: selections/s with ÷ without (b/a)", "large",
-                replicas, ratios["leftover_rows_selections_per_s"], None,
-                note=f"p99 with ÷ without {ratios['leftover_rows_p99']}"),
+        _target(
+            "housekeeping",
+            "p99 while housekeeping <= 1.2x without (c/b)",
+            "large",
+            replicas,
+            ratios["housekeeping_p99"],
+            1.2,
+            note=f"housekeeping ran {covered:.0%} of the window" if covered < 1 else "",
+        ),
+        _target(
+            "housekeeping",
+            "housekeeping removed every expired row",
+            "large",
+            replicas,
+            keeper["expired_left"],
+            0,
+            note=f"{keeper['expired_removed']} removed in {keeper['seconds']:.1f} s",
+        ),
+        _target(
+            "housekeeping",
+            "leftover rows: selections/s with ÷ without (b/a)",
+            "large",
+            replicas,
+            ratios["leftover_rows_selections_per_s"],
+            None,
+            note=f"p99 with ÷ without {ratios['leftover_rows_p99']}",
+        ),
     ]
 
 
@@ -127,23 +242,50 @@ def chain_targets(section: dict | None) -> list[dict]:
         concurrent = run.get("concurrent") or {}
         label = OURS if side == "library" else HTTP
         n = run.get("payments")
-        out.append(_target("chain", f"{label}: 0 errors", "chain", n,
-                           concurrent.get("errors"), 0, measured=measured,
-                           note=", ".join(f"{v} x {k}" for k, v in
-                                          concurrent.get("error_kinds", {}).items())))
-        completion = _target("chain", f"{label}: completion <= 3x sequential", "chain", n,
-                             run.get("completion_over_sequential"), 3.0, measured=measured)
+        out.append(
+            _target(
+                "chain",
+                f"{label}: 0 errors",
+                "chain",
+                n,
+                concurrent.get("errors"),
+                0,
+                measured=measured,
+                note=", ".join(f"{v} x {k}" for k, v in concurrent.get("error_kinds", {}).items()),
+            )
+        )
+        completion = _target(
+            "chain",
+            f"{label}: completion <= 3x sequential",
+            "chain",
+            n,
+            run.get("completion_over_sequential"),
+            3.0,
+            measured=measured,
+        )
         if measured and concurrent.get("completed", 0) < (n or 0):
             # Not every payment went through: the time is a lower bound, and not a pass.
             completion.update(met=False, note="a lower bound: not every payment completed")
         out.append(completion)
-        out.append(_target("chain", f"{label}: worst wait <= 2.5x mean wait", "chain", n,
-                           concurrent.get("worst_over_mean_wait"), 2.5, measured=measured))
+        out.append(
+            _target(
+                "chain",
+                f"{label}: worst wait <= 2.5x mean wait",
+                "chain",
+                n,
+                concurrent.get("worst_over_mean_wait"),
+                2.5,
+                measured=measured,
+            )
+        )
     return out
 
 
 def targets(data: dict) -> list[dict]:
     """Evaluate every target of a report."""
-    return (selection_targets(data["points"]) + http_targets(data.get("http") or [])
-            + housekeeping_targets(data.get("housekeeping"))
-            + chain_targets(data.get("chain")))
+    return (
+        selection_targets(data["points"])
+        + http_targets(data.get("http") or [])
+        + housekeeping_targets(data.get("housekeeping"))
+        + chain_targets(data.get("chain"))
+    )

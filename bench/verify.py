@@ -22,12 +22,16 @@ def percentile(values: list[float], fraction: float) -> float | None:
 
 def latency_ms(latencies: list[float]) -> dict[str, float | None]:
     """Summarize latencies in seconds as p50/p99/mean milliseconds."""
+
     def ms(value: float | None) -> float | None:
         return None if value is None else round(value * 1000, 3)
 
     mean = sum(latencies) / len(latencies) if latencies else None
-    return {"p50": ms(percentile(latencies, 0.5)), "p99": ms(percentile(latencies, 0.99)),
-            "mean": ms(mean)}
+    return {
+        "p50": ms(percentile(latencies, 0.5)),
+        "p99": ms(percentile(latencies, 0.99)),
+        "mean": ms(mean),
+    }
 
 
 def overlapping_holds(records: Iterable[Record]) -> int:
@@ -72,8 +76,9 @@ def figures(records: list[Record], elapsed: float, supply: Mapping[str, int]) ->
     locked = sum(len(r.tokens) for r in selected)
     known = [r.attempts for r in records if r.attempts is not None]
     attempts = sum(known) if len(known) == len(records) and records else None
-    spurious = sum(r.outcome == "insufficient_funds" and supply.get(r.wallet, 0) >= r.quantity
-                   for r in records)
+    spurious = sum(
+        r.outcome == "insufficient_funds" and supply.get(r.wallet, 0) >= r.quantity for r in records
+    )
     actions = Counter(r.action for r in selected)
     return {
         "selections": len(selected),

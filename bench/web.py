@@ -51,8 +51,9 @@ def api_key() -> str:
     """Create an API key for every wallet with every right; return it."""
     from clients.models import ApiKey
 
-    _, key = ApiKey.objects.create_key(name="bench", all_wallets=True, can_select=True,
-                                       can_issue=True, can_read=True)
+    _, key = ApiKey.objects.create_key(
+        name="bench", all_wallets=True, can_select=True, can_issue=True, can_read=True
+    )
     return key
 
 
@@ -85,7 +86,11 @@ class Server:
         env["PROMETHEUS_MULTIPROC_DIR"] = self._metrics.name
         self.process = subprocess.Popen(
             web_command(sys.executable, "127.0.0.1", self.port, env),
-            cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
+            cwd=BASE_DIR,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + READY_TIMEOUT
         while True:
             try:
@@ -127,11 +132,11 @@ class Api:
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         self.headers = {"Authorization": f"Api-Key {key}", "Content-Type": "application/json"}
 
-    def post(self, path: str, body: dict | None = None, headers: dict | None = None
-             ) -> tuple[int, dict, float | None]:
+    def post(
+        self, path: str, body: dict | None = None, headers: dict | None = None
+    ) -> tuple[int, dict, float | None]:
         """POST ``body``; return (status, JSON body, Retry-After seconds or None)."""
-        self.conn.request("POST", path, json.dumps(body or {}), {**self.headers,
-                                                                 **(headers or {})})
+        self.conn.request("POST", path, json.dumps(body or {}), {**self.headers, **(headers or {})})
         response = self.conn.getresponse()
         payload = response.read()
         retry = response.getheader("Retry-After")
@@ -145,26 +150,46 @@ class Api:
         self.conn.close()
 
 
-def outputs(wallet: str, currency: str, total: int, quantity: int, payee: str | None = None
-            ) -> list[dict]:
+def outputs(
+    wallet: str, currency: str, total: int, quantity: int, payee: str | None = None
+) -> list[dict]:
     """Return the spend outputs: ``quantity`` to ``payee`` (default: the wallet), change back."""
     from bench.strategies import payment
 
-    return [{"index": i, "wallet": w, "currency": currency, "quantity": str(q)}
-            for i, (w, q) in enumerate(payment(total, quantity, wallet, payee))]
+    return [
+        {"index": i, "wallet": w, "currency": currency, "quantity": str(q)}
+        for i, (w, q) in enumerate(payment(total, quantity, wallet, payee))
+    ]
 
 
-def client(port: int, key: str, workload: Workload, index: int, seed: int, barrier,
-           duration: float, results) -> None:  # pragma: no cover - runs in a client process
+def client(
+    port: int,
+    key: str,
+    workload: Workload,
+    index: int,
+    seed: int,
+    barrier,
+    duration: float,
+    results,
+) -> None:  # pragma: no cover - runs in a client process
     """Select, then spend or release, until ``duration`` has passed; put the records."""
     rng = random.Random(seed)
     api = Api(port, key)
     # Warm the workers (imports, connections, selector) outside the measured window.
     for k in range(WARM_UP):
         warm = f"warm-{index}-{k}"
-        if api.post(API, {"tx_id": warm, "wallet": workload.pick_wallet(rng),
-                          "currency": workload.currency,
-                          "quantity": str(workload.min_quantity)})[0] == 201:
+        if (
+            api.post(
+                API,
+                {
+                    "tx_id": warm,
+                    "wallet": workload.pick_wallet(rng),
+                    "currency": workload.currency,
+                    "quantity": str(workload.min_quantity),
+                },
+            )[0]
+            == 201
+        ):
             api.post(f"{API}{warm}/release/")
     records = []
     barrier.wait()
@@ -174,9 +199,15 @@ def client(port: int, key: str, workload: Workload, index: int, seed: int, barri
         n += 1
         tx_id, wallet = f"http-{index}-{n}", workload.pick_wallet(rng)
         quantity = rng.randint(workload.min_quantity, workload.max_quantity)
-        status, body, retry = api.post(API, {"tx_id": tx_id, "wallet": wallet,
-                                             "currency": workload.currency,
-                                             "quantity": str(quantity)})
+        status, body, retry = api.post(
+            API,
+            {
+                "tx_id": tx_id,
+                "wallet": wallet,
+                "currency": workload.currency,
+                "quantity": str(quantity),
+            },
+        )
         finished = time.monotonic()
         tokens, action, ended, error = (), "", finished, ""
         if status == 201:
@@ -187,8 +218,9 @@ def client(port: int, key: str, workload: Workload, index: int, seed: int, barri
             if rng.random() < workload.spend_ratio:
                 spend = outputs(wallet, workload.currency, int(body["total"]), quantity)
                 status, body, _ = api.post(f"{API}{tx_id}/spend/", {"outputs": spend})
-                action, ended = ("spent", math.inf) if status == 200 else ("spend_failed",
-                                                                           time.monotonic())
+                action, ended = (
+                    ("spent", math.inf) if status == 200 else ("spend_failed", time.monotonic())
+                )
             else:
                 ended = time.monotonic()
                 status, body, _ = api.post(f"{API}{tx_id}/release/")
@@ -202,8 +234,22 @@ def client(port: int, key: str, workload: Workload, index: int, seed: int, barri
             time.sleep(max(0.0, min(retry or 1.0, end_at - time.monotonic())))
         else:
             outcome, error = "error", f"{status} {body.get('code', '')}"
-        records.append(Record(tx_id, wallet, quantity, started, finished - started, outcome,
-                              tokens, finished, ended, action, None, error))
+        records.append(
+            Record(
+                tx_id,
+                wallet,
+                quantity,
+                started,
+                finished - started,
+                outcome,
+                tokens,
+                finished,
+                ended,
+                action,
+                None,
+                error,
+            )
+        )
     api.close()
     results.put(records)
 
@@ -213,8 +259,15 @@ def server_errors(records) -> int:
     return sum(r.error[:1] == "5" for r in records)
 
 
-def measure(workload: Workload, workers: int, duration: float, key: str, seed: int,
-            supply: dict[str, int], log) -> dict:
+def measure(
+    workload: Workload,
+    workers: int,
+    duration: float,
+    key: str,
+    seed: int,
+    supply: dict[str, int],
+    log,
+) -> dict:
     """Measure one HTTP point with ``workers`` server workers and as many clients."""
     database.reset()
     strategies.deploy(HTTP)
@@ -222,9 +275,14 @@ def measure(workload: Workload, workers: int, duration: float, key: str, seed: i
     server = Server(workers, log)
     try:
         barrier, results = context.Barrier(workers + 1), context.Queue()
-        clients = [context.Process(target=client, daemon=True, args=(
-            server.port, key, workload, i, seed * 1000 + i, barrier, duration, results))
-            for i in range(workers)]
+        clients = [
+            context.Process(
+                target=client,
+                daemon=True,
+                args=(server.port, key, workload, i, seed * 1000 + i, barrier, duration, results),
+            )
+            for i in range(workers)
+        ]
         for process in clients:
             process.start()
         barrier.wait(timeout=READY_TIMEOUT)
@@ -234,12 +292,15 @@ def measure(workload: Workload, workers: int, duration: float, key: str, seed: i
         metrics = server.metrics()
     finally:
         server.stop()
-    point = {"workload": workload.name, "strategy": HTTP, "replicas": workers,
-             "duration_s": duration}
+    point = {
+        "workload": workload.name,
+        "strategy": HTTP,
+        "replicas": workers,
+        "duration_s": duration,
+    }
     point.update(verify.figures(records, duration, supply))
     stored = database.spent_tokens(by_identity=True, prefix="http-")
-    point["double_spends"] = verify.overlapping_holds(records) + verify.spent_twice(records,
-                                                                                    stored)
+    point["double_spends"] = verify.overlapping_holds(records) + verify.spent_twice(records, stored)
     point["leaked_locks"] = database.leaked_locks()
     point["supply_conserved"] = database.unspent_by_wallet() == supply
     point["rate_limited"] = point["outcomes"]["rate_limited"]
@@ -272,17 +333,25 @@ def run_all(args, harness, make_workload, say) -> tuple[list[dict], str | None]:
             for workers in args.http_replicas:
                 library = harness.measure(workload, OURS, workers, supply, tag="lib")
                 point = measure(workload, workers, args.duration, key, args.seed, supply, log)
-                pair = {"workload": name, "replicas": workers, "library": library,
-                        "http": point, "ratios": {
-                            "selections_per_s": _ratio(point["selections_per_s"],
-                                                       library["selections_per_s"]),
-                            "p99": _ratio(point["latency_ms"]["p99"],
-                                          library["latency_ms"]["p99"])}}
+                pair = {
+                    "workload": name,
+                    "replicas": workers,
+                    "library": library,
+                    "http": point,
+                    "ratios": {
+                        "selections_per_s": _ratio(
+                            point["selections_per_s"], library["selections_per_s"]
+                        ),
+                        "p99": _ratio(point["latency_ms"]["p99"], library["latency_ms"]["p99"]),
+                    },
+                }
                 pairs.append(pair)
-                say(f"[http] {name:<10} R={workers:<3} {HTTP}: "
+                say(
+                    f"[http] {name:<10} R={workers:<3} {HTTP}: "
                     f"{point['selections_per_s'] or 0:.1f} sel/s (ours "
                     f"{library['selections_per_s'] or 0:.1f}), p99 "
                     f"{point['latency_ms']['p99'] or 0:.1f} ms (ours "
                     f"{library['latency_ms']['p99'] or 0:.1f}), 429: {point['rate_limited']}, "
-                    f"5xx: {point['server_errors']}")
+                    f"5xx: {point['server_errors']}"
+                )
     return pairs, None

@@ -101,10 +101,22 @@ def drive(task: Task, strategy, start_at: float, end_at: float) -> list[Record]:
                 ended = time.monotonic()
                 ok, error = _twice(partial(_release, strategy, picked), error)
                 action = "released" if ok else "release_failed"
-        records.append(Record(
-            tx_id, key.wallet, quantity, started, finished - started, outcome,
-            tuple(picked.token_ids) if picked else (), acquired, ended, action, attempts, error,
-        ))
+        records.append(
+            Record(
+                tx_id,
+                key.wallet,
+                quantity,
+                started,
+                finished - started,
+                outcome,
+                tuple(picked.token_ids) if picked else (),
+                acquired,
+                ended,
+                action,
+                attempts,
+                error,
+            )
+        )
     return records
 
 
@@ -147,8 +159,15 @@ def serve(conn) -> None:  # pragma: no cover - runs in the replica process
                 run = partial(drive, task, strategy)
             else:  # a chain of payments (bench.chain), which readies its own threads first
                 run = task.prepare(strategy)
-            conn.send(("ready", {"listening": getattr(strategy, "listening", None),
-                                 "settings": dict(settings.SHERDLOCK)}))
+            conn.send(
+                (
+                    "ready",
+                    {
+                        "listening": getattr(strategy, "listening", None),
+                        "settings": dict(settings.SHERDLOCK),
+                    },
+                )
+            )
             go = conn.recv()
             if go is None:
                 conn.send(("cancelled", None))

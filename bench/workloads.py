@@ -53,20 +53,33 @@ def spread(wallets: int, tokens_per_wallet: int, seed: int, **options: object) -
     rng = random.Random(seed)
     names = tuple(f"spread-{w}" for w in range(wallets))
     rows = tuple((name, rng.randint(1, 20)) for name in names for _ in range(tokens_per_wallet))
-    return Workload("spread", f"spread: {wallets} wallets x {tokens_per_wallet} tokens", names,
-                    1, 50, tokens=rows, **options)
+    return Workload(
+        "spread",
+        f"spread: {wallets} wallets x {tokens_per_wallet} tokens",
+        names,
+        1,
+        50,
+        tokens=rows,
+        **options,
+    )
 
 
 def hot_wallet(tokens: int, seed: int, **options: object) -> Workload:
     """One wallet that every replica selects from at once."""
     rng = random.Random(seed)
     rows = tuple(("hot", rng.randint(1, 20)) for _ in range(tokens))
-    return Workload("hot-wallet", f"hot wallet: 1 wallet x {tokens} tokens", ("hot",), 1, 40,
-                    tokens=rows, **options)
+    return Workload(
+        "hot-wallet",
+        f"hot wallet: 1 wallet x {tokens} tokens",
+        ("hot",),
+        1,
+        40,
+        tokens=rows,
+        **options,
+    )
 
 
-def hot_tokens(big: int, big_quantity: int, small: int, seed: int,
-               **options: object) -> Workload:
+def hot_tokens(big: int, big_quantity: int, small: int, seed: int, **options: object) -> Workload:
     """A few large tokens that most requests need, among many small ones.
 
     Requests of 0.9 to 1.5 large tokens cannot be met from small tokens alone without many of
@@ -78,8 +91,15 @@ def hot_tokens(big: int, big_quantity: int, small: int, seed: int,
     rows += [("hot-tokens", rng.randint(1, 10)) for _ in range(small)]
     rng.shuffle(rows)  # spread the large tokens over the id range
     low, high = int(big_quantity * 0.9), int(big_quantity * 1.5)
-    return Workload("hot-tokens", f"hot tokens: {big} x {big_quantity} + {small} small",
-                    ("hot-tokens",), low, high, tokens=tuple(rows), **options)
+    return Workload(
+        "hot-tokens",
+        f"hot tokens: {big} x {big_quantity} + {small} small",
+        ("hot-tokens",),
+        low,
+        high,
+        tokens=tuple(rows),
+        **options,
+    )
 
 
 def large(wallets: int, tokens_per_wallet: int, **options: object) -> Workload:
@@ -88,5 +108,6 @@ def large(wallets: int, tokens_per_wallet: int, **options: object) -> Workload:
     Requests of 1-50 from a random wallet, as on the spread workload.
     """
     names = tuple(f"large-{w}" for w in range(wallets))
-    return Workload("large", f"large: {wallets} wallets x {tokens_per_wallet} tokens", names,
-                    1, 50, **options)
+    return Workload(
+        "large", f"large: {wallets} wallets x {tokens_per_wallet} tokens", names, 1, 50, **options
+    )

@@ -14,8 +14,13 @@ if admin.site.is_registered(APIKey):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(APIKeyModelAdmin):
-    list_display = [*APIKeyModelAdmin.list_display, "wallet_scope", "can_issue", "can_select",
-                    "can_read"]
+    list_display = [
+        *APIKeyModelAdmin.list_display,
+        "wallet_scope",
+        "can_issue",
+        "can_select",
+        "can_read",
+    ]
     list_filter = ["created", "revoked", "all_wallets", "can_issue", "can_select", "can_read"]
     search_fields = ["name", "prefix", "wallets"]
     fieldsets = [

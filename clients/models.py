@@ -13,7 +13,9 @@ class ApiKey(AbstractAPIKey):
     """A client's key; only its hash is stored. Scoped to ``wallets`` (or all) and to rights."""
 
     wallets = ArrayField(
-        models.CharField(max_length=ID_MAX_LENGTH), default=list, blank=True,
+        models.CharField(max_length=ID_MAX_LENGTH),
+        default=list,
+        blank=True,
         help_text="Wallets this key may use (ignored when 'all wallets' is set).",
     )
     all_wallets = models.BooleanField(default=False)
@@ -23,10 +25,12 @@ class ApiKey(AbstractAPIKey):
     # Transaction ids (of selections, and of the tokens a client issues or its spends create)
     # are unique per namespace, so clients can neither see nor take each other's.
     namespace = models.CharField(
-        max_length=NAMESPACE_MAX_LENGTH, blank=True,
+        max_length=NAMESPACE_MAX_LENGTH,
+        blank=True,
         help_text="Keys of one client share a namespace of transaction ids; left empty, the "
-                  "key gets one of its own. Give a new key of the same client the old key's "
-                  "namespace to keep its selections.")
+        "key gets one of its own. Give a new key of the same client the old key's "
+        "namespace to keep its selections.",
+    )
 
     class Meta(AbstractAPIKey.Meta):
         verbose_name = "API key"

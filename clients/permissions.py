@@ -100,7 +100,8 @@ def check_wallets(request, wallets: Iterable[str]) -> None:
     refused = sorted(set(wallets) - set(scope))
     if refused:
         raise exceptions.PermissionDenied(
-            f"This API key may not use wallet(s): {', '.join(refused)}.")
+            f"This API key may not use wallet(s): {', '.join(refused)}."
+        )
 
 
 def scope_queryset(request, queryset: QuerySet, field: str = "wallet") -> QuerySet:

@@ -70,10 +70,15 @@ LEFT JOIN taken t ON t.key = a.key
 LEFT JOIN clients_ratebucket b ON b.key = a.key
 """
 # Inside a caller's transaction (tests) the statement leaves the commit mode alone.
-CONSUME = {durable: CONSUME_TEMPLATE.format(
-    commit="" if durable else ASYNC_COMMIT, after="" if durable else ", commit_mode",
-    decayed_excluded=DECAYED.format(row="b", rate="EXCLUDED"),
-    decayed_found=DECAYED.format(row="b", rate="a")) for durable in (False, True)}
+CONSUME = {
+    durable: CONSUME_TEMPLATE.format(
+        commit="" if durable else ASYNC_COMMIT,
+        after="" if durable else ", commit_mode",
+        decayed_excluded=DECAYED.format(row="b", rate="EXCLUDED"),
+        decayed_found=DECAYED.format(row="b", rate="a"),
+    )
+    for durable in (False, True)
+}
 
 
 # Delete up to %(limit)s buckets untouched for at least their own period. Such a bucket has
@@ -169,8 +174,7 @@ class BucketState:
 def bucket_states(keys: list[str]) -> dict[str, BucketState]:
     """Return the state of each bucket key of an enabled scope (all shards), from one query."""
     rates = configured_rates()
-    wanted = {key: rates[key.partition(":")[0]] for key in keys
-              if key.partition(":")[0] in rates}
+    wanted = {key: rates[key.partition(":")[0]] for key in keys if key.partition(":")[0] in rates}
     if not wanted:
         return {}
     with connection.cursor() as cursor:
@@ -180,13 +184,23 @@ def bucket_states(keys: list[str]) -> dict[str, BucketState]:
     for key, rate in wanted.items():
         shards = [row for row in rows if row[0] == key]
         # The same decay as CONSUME: each shard drains at its capacity / period per second.
-        left = [(max(float(used) - capacity * max((now - updated).total_seconds(), 0.0)
-                     / period, 0.0), capacity, period)
-                for _, used, capacity, period, updated, now in shards]
+        left = [
+            (
+                max(
+                    float(used) - capacity * max((now - updated).total_seconds(), 0.0) / period, 0.0
+                ),
+                capacity,
+                period,
+            )
+            for _, used, capacity, period, updated, now in shards
+        ]
         states[key] = BucketState(
-            key, rate, rate.count - sum(x for x, _, _ in left),
+            key,
+            rate,
+            rate.count - sum(x for x, _, _ in left),
             max((x * period / capacity for x, capacity, period in left), default=0.0),
-            max((row[4] for row in shards), default=None))
+            max((row[4] for row in shards), default=None),
+        )
     return states
 
 
@@ -238,8 +252,11 @@ class SelectionRateThrottle(BaseThrottle):
         wallet = data.get("wallet") if isinstance(data, dict) else None
         # Malformed wallets are refused by the serializer; wallets outside the key's scope are
         # refused by the view and must not drain another client's bucket.
-        if (rate := parse_rate(limits.get("selections_per_wallet"))) and is_identifier(
-                wallet) and key.may_use(wallet):
+        if (
+            (rate := parse_rate(limits.get("selections_per_wallet")))
+            and is_identifier(wallet)
+            and key.may_use(wallet)
+        ):
             out[f"selections_per_wallet:{wallet}"] = rate
         return out
 

@@ -13,8 +13,10 @@ def unapplied_migrations(using: str = DEFAULT_DB_ALIAS) -> list[str]:
     """Return the migrations not yet applied to the database ``using`` ("app.name")."""
     executor = MigrationExecutor(connections[using])
     targets = executor.loader.graph.leaf_nodes()
-    return [f"{migration.app_label}.{migration.name}"
-            for migration, _ in executor.migration_plan(targets)]
+    return [
+        f"{migration.app_label}.{migration.name}"
+        for migration, _ in executor.migration_plan(targets)
+    ]
 
 
 class DatabaseCommand(BaseCommand):
@@ -30,5 +32,6 @@ class DatabaseCommand(BaseCommand):
             name = connections[DEFAULT_DB_ALIAS].settings_dict["NAME"]
             raise CommandError(
                 f"database {name!r} is not migrated ({len(pending)} migration(s) pending, "
-                f"e.g. {pending[0]}). Run `{MIGRATE}` first (`make run` migrates too).")
+                f"e.g. {pending[0]}). Run `{MIGRATE}` first (`make run` migrates too)."
+            )
         return super().execute(*args, **options)

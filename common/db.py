@@ -93,13 +93,20 @@ def _spoken_to(raw: psycopg.Connection) -> bool:
     return bool(readable)
 
 
-def execute(statement: str, params: dict[str, Any], using: str = DEFAULT_DB_ALIAS,
-            threshold: int | None = -1) -> psycopg.RawCursor:
+def execute(
+    statement: str,
+    params: dict[str, Any],
+    using: str = DEFAULT_DB_ALIAS,
+    threshold: int | None = -1,
+) -> psycopg.RawCursor:
     """Execute ``statement`` with its named ``params``; return the cursor holding its result."""
     connection = connections[using]
     raw_cursor = cursor(using, threshold)
     text, names = native(statement)
-    wrapper = (connection.make_debug_cursor(raw_cursor) if connection.queries_logged
-               else connection.make_cursor(raw_cursor))
+    wrapper = (
+        connection.make_debug_cursor(raw_cursor)
+        if connection.queries_logged
+        else connection.make_cursor(raw_cursor)
+    )
     wrapper.execute(text, [params[name] for name in names])
     return raw_cursor

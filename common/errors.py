@@ -20,11 +20,14 @@ class ErrorSerializer(serializers.Serializer):
         help_text="Validation messages by field path; empty for other errors.",
     )
     available = serializers.CharField(
-        required=False, help_text="insufficient_funds, funds_locked: quantity available now.")
+        required=False, help_text="insufficient_funds, funds_locked: quantity available now."
+    )
     retry_after = serializers.FloatField(
-        required=False, min_value=0,
+        required=False,
+        min_value=0,
         help_text="funds_locked: seconds after which a retry has a fair chance, as precise as "
-                  "the holds of the wallet last (Retry-After rounds it up to whole seconds).")
+        "the holds of the wallet last (Retry-After rounds it up to whole seconds).",
+    )
 
 
 def error_body(code: str, detail: str, fields: dict | None = None, **extra) -> dict:
@@ -52,9 +55,14 @@ def error_responses(*statuses: int, conflicts: str = "") -> dict[int, OpenApiRes
         429: "rate_limited (see Retry-After)",
         503: "database_unavailable (see Retry-After)",
     }
-    responses = {s: OpenApiResponse(ErrorSerializer, description=described[s])
-                 for s in sorted({*statuses, 503})}
-    responses[414] = OpenApiResponse(description=(
-        "The request line (path and query) is longer than 8190 bytes: refused by the web "
-        "server, with no JSON body."))
+    responses = {
+        s: OpenApiResponse(ErrorSerializer, description=described[s])
+        for s in sorted({*statuses, 503})
+    }
+    responses[414] = OpenApiResponse(
+        description=(
+            "The request line (path and query) is longer than 8190 bytes: refused by the web "
+            "server, with no JSON body."
+        )
+    )
     return dict(sorted(responses.items()))

@@ -54,7 +54,9 @@ class IdentifierFormField(forms.CharField):
         if not is_identifier(value, max_length=self.max_length):
             raise forms.ValidationError(
                 f"Must be 1 to {self.max_length} characters, no control characters, not only "
-                "whitespace.", code="invalid")
+                "whitespace.",
+                code="invalid",
+            )
         return value
 
 

@@ -41,10 +41,19 @@ class IdCursorPagination(pagination.CursorPagination):
         # ASCII digits only (no sign, space or other script), leading zeros allowed: the wire
         # form of an integer; the length is checked before converting.
         digits = raw.lstrip("0")
-        if not (raw.isascii() and raw.isdigit() and len(digits) <= len(str(self.max_page_size))
-                and 1 <= int(digits or 0) <= self.max_page_size):
-            raise ValidationError({self.page_size_query_param: [
-                f"Must be an integer from 1 to {self.max_page_size}."]})
+        if not (
+            raw.isascii()
+            and raw.isdigit()
+            and len(digits) <= len(str(self.max_page_size))
+            and 1 <= int(digits or 0) <= self.max_page_size
+        ):
+            raise ValidationError(
+                {
+                    self.page_size_query_param: [
+                        f"Must be an integer from 1 to {self.max_page_size}."
+                    ]
+                }
+            )
         return int(digits)
 
     def decode_cursor(self, request):
@@ -52,8 +61,11 @@ class IdCursorPagination(pagination.CursorPagination):
         cursor = super().decode_cursor(request)
         # DRF checks offset and direction, but hands the position to the query as it is: in
         # a forged cursor it may be anything ("abc", "", "1.5"). Ours are always ids.
-        if cursor is not None and cursor.position is not None and not (
-                _POSITION.fullmatch(cursor.position) and int(cursor.position) <= MAX_POSITION):
+        if (
+            cursor is not None
+            and cursor.position is not None
+            and not (_POSITION.fullmatch(cursor.position) and int(cursor.position) <= MAX_POSITION)
+        ):
             raise NotFound(self.invalid_cursor_message)
         return cursor
 
@@ -61,8 +73,12 @@ class IdCursorPagination(pagination.CursorPagination):
         parameters = super().get_schema_operation_parameters(view)
         for parameter in parameters:
             if parameter["name"] == self.page_size_query_param:
-                parameter["schema"] = {"type": "integer", "minimum": 1,
-                                       "maximum": self.max_page_size, "default": self.page_size}
+                parameter["schema"] = {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": self.max_page_size,
+                    "default": self.page_size,
+                }
         return parameters
 
 

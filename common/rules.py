@@ -42,8 +42,10 @@ def is_identifier(value: object, max_length: int = ID_MAX_LENGTH, path: bool = F
     if not isinstance(value, str) or not 0 < len(value) <= max_length:
         return False
     # fullmatch, not the pattern's own "$": Python's "$" also matches before a final newline.
-    return bool((_PATH_IDENTIFIER if path else _IDENTIFIER).fullmatch(value)
-                and not _SURROGATE.search(value))
+    return bool(
+        (_PATH_IDENTIFIER if path else _IDENTIFIER).fullmatch(value)
+        and not _SURROGATE.search(value)
+    )
 
 
 def identifier_problem(value: str) -> str:
@@ -57,8 +59,12 @@ def identifier_problem(value: str) -> str:
 
 def identifier_schema(max_length: int, path: bool = False) -> dict[str, object]:
     """Return the JSON Schema of a name (a query, path or body value)."""
-    return {"type": "string", "minLength": 1, "maxLength": max_length,
-            "pattern": PATH_IDENTIFIER_PATTERN if path else IDENTIFIER_PATTERN}
+    return {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": max_length,
+        "pattern": PATH_IDENTIFIER_PATTERN if path else IDENTIFIER_PATTERN,
+    }
 
 
 def at_most(limit: int) -> str:

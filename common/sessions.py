@@ -39,8 +39,12 @@ def connection_params(alias: str = DEFAULT_DB_ALIAS) -> dict[str, Any]:
     return params
 
 
-def connect(alias: str = DEFAULT_DB_ALIAS, *, application_name: str | None = None,
-            defaults: dict[str, Any] | None = None) -> psycopg.Connection:
+def connect(
+    alias: str = DEFAULT_DB_ALIAS,
+    *,
+    application_name: str | None = None,
+    defaults: dict[str, Any] | None = None,
+) -> psycopg.Connection:
     """Open an autocommit connection that is a session of its own (see the module's doc).
 
     ``defaults`` apply where the configured parameters say nothing; ``application_name``

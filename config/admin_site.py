@@ -54,7 +54,8 @@ class InputSafeChangeList:
         except IncorrectLookupParameters as exc:
             cause = exc.args[0] if exc.args else None
             if not hasattr(self, "filter_specs") or isinstance(
-                    cause, FieldError | FieldDoesNotExist):
+                cause, FieldError | FieldDoesNotExist
+            ):
                 raise
             self.clear_all_filters_qs = self.get_query_string(remove=self.get_filters_params())
             return self.root_queryset.none()
@@ -72,8 +73,10 @@ class InputSafeChangeList:
                 value = spec.value()
                 if value is not None and value not in {str(v) for v, _ in spec.lookup_choices}:
                     return True
-        return any(key.endswith("__isnull") and value.lower() not in ISNULL_VALUES
-                   for key, value in request.GET.items())
+        return any(
+            key.endswith("__isnull") and value.lower() not in ISNULL_VALUES
+            for key, value in request.GET.items()
+        )
 
 
 @functools.cache
@@ -107,8 +110,7 @@ class SherdlockAdminSite(admin.AdminSite):
     """``admin.site``: every registered admin input-safe, plus the wallet page."""
 
     def register(self, model_or_iterable, admin_class=None, **options):
-        super().register(model_or_iterable, input_safe(admin_class or admin.ModelAdmin),
-                         **options)
+        super().register(model_or_iterable, input_safe(admin_class or admin.ModelAdmin), **options)
 
     def get_urls(self):
         from locks.admin_wallet import wallet_view

@@ -30,9 +30,18 @@ PORT = 5432
 # (CREATE EXTENSION pg_stat_statements; docs/performance.md).
 # Pages are in memory or on SSD: a random read costs about what a sequential one does, which
 # keeps the planner on index lookups for small, fast-changing tables (the lock table).
-SERVER_OPTIONS = ("-c", "max_connections=300", "-c", "shared_buffers=256MB",
-                  "-c", "shared_preload_libraries=pg_stat_statements",
-                  "-c", "random_page_cost=1.1", "-c", "autovacuum_naptime=10s")
+SERVER_OPTIONS = (
+    "-c",
+    "max_connections=300",
+    "-c",
+    "shared_buffers=256MB",
+    "-c",
+    "shared_preload_libraries=pg_stat_statements",
+    "-c",
+    "random_page_cost=1.1",
+    "-c",
+    "autovacuum_naptime=10s",
+)
 
 
 class EmbeddedDatabaseError(RuntimeError):

@@ -101,16 +101,20 @@ ERRORS: dict[type[Exception], HttpError] = {
     RequestTooLarge: HttpError(413, "request_too_large"),
     exceptions.UnsupportedMediaType: HttpError(415, "unsupported_media_type"),
     exceptions.Throttled: HttpError(
-        429, "rate_limited", headers=lambda exc: {"Retry-After": _retry_after(exc.wait)}),
+        429, "rate_limited", headers=lambda exc: {"Retry-After": _retry_after(exc.wait)}
+    ),
     ServiceUnavailable: HttpError(
-        503, "database_unavailable",
-        headers=lambda exc: {"Retry-After": UNAVAILABLE_RETRY_AFTER}),
+        503, "database_unavailable", headers=lambda exc: {"Retry-After": UNAVAILABLE_RETRY_AFTER}
+    ),
     # Selecting (the core, sherdlock).
     InvalidRequest: HttpError(400, "invalid"),
     InsufficientFunds: HttpError(409, "insufficient_funds", extra=_available),
     FundsLocked: HttpError(
-        409, "funds_locked", extra=_available_and_retry,
-        headers=lambda exc: {"Retry-After": _retry_after(exc.retry_after)}),
+        409,
+        "funds_locked",
+        extra=_available_and_retry,
+        headers=lambda exc: {"Retry-After": _retry_after(exc.retry_after)},
+    ),
     # Issuing tokens (tokens.services).
     TxIdInUse: HttpError(409, "tx_id_conflict"),
     TokenConflict: HttpError(409, "token_conflict"),
@@ -130,16 +134,18 @@ SERVER_ERROR = HttpError(500, "server_error")
 # The project's error classes no view lets out, each named (not its subclasses: a new error
 # must be placed in one table or the other). Should one reach the handler, it is a bug and
 # answered 500 like any error the table does not name.
-NEVER_ANSWERED: frozenset[type[Exception]] = frozenset({
-    SherdlockError,  # the root of the hierarchy; only its subclasses are raised
-    SelectionError,  # the root of locks.errors
-    ClaimRefused,  # a store refusing a taken tx id: the repeated selection or TxIdConflict
-    TxIdTaken,  # the PostgreSQL store's ClaimRefused
-    QueueFull,  # a wallet's wait queue is full: the request is answered without waiting
-    ClientError,  # raised by the HTTP client, in its caller's process
-    EmbeddedDatabaseError,  # the embedded PostgreSQL did not start
-    PgBouncerError,  # the test and benchmark PgBouncer is missing or did not start
-})
+NEVER_ANSWERED: frozenset[type[Exception]] = frozenset(
+    {
+        SherdlockError,  # the root of the hierarchy; only its subclasses are raised
+        SelectionError,  # the root of locks.errors
+        ClaimRefused,  # a store refusing a taken tx id: the repeated selection or TxIdConflict
+        TxIdTaken,  # the PostgreSQL store's ClaimRefused
+        QueueFull,  # a wallet's wait queue is full: the request is answered without waiting
+        ClientError,  # raised by the HTTP client, in its caller's process
+        EmbeddedDatabaseError,  # the embedded PostgreSQL did not start
+        PgBouncerError,  # the test and benchmark PgBouncer is missing or did not start
+    }
+)
 
 
 def resolve(error_class: type[BaseException]) -> HttpError | None:

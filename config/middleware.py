@@ -13,11 +13,15 @@ def unavailable_page(request) -> HttpResponse:
     """Return the 503 for ``request``: the API's JSON shape under /api/, plain text elsewhere."""
     error = ERRORS[ServiceUnavailable]
     if request.path.startswith("/api/"):
-        response = JsonResponse(error_body(error.code, str(ServiceUnavailable.default_detail)),
-                                status=error.status)
+        response = JsonResponse(
+            error_body(error.code, str(ServiceUnavailable.default_detail)), status=error.status
+        )
     else:
-        response = HttpResponse("The database is unavailable; try again shortly.\n",
-                                status=error.status, content_type="text/plain; charset=utf-8")
+        response = HttpResponse(
+            "The database is unavailable; try again shortly.\n",
+            status=error.status,
+            content_type="text/plain; charset=utf-8",
+        )
     response["Retry-After"] = UNAVAILABLE_RETRY_AFTER
     response._has_been_logged = True  # logged once by note_connection_loss
     return response

@@ -46,8 +46,7 @@ def note_connection_loss(request, exc: BaseException) -> None:
     (with persistent connections, ``CONN_MAX_AGE`` > 0, they would otherwise be reused).
     """
     method, path = getattr(request, "method", "?"), getattr(request, "path", "?")
-    logger.warning("database unavailable, answered 503 to %s %s: %s", method, path,
-                   first_line(exc))
+    logger.warning("database unavailable, answered 503 to %s %s: %s", method, path, first_line(exc))
     for connection in connections.all(initialized_only=True):
         connection.close()
 

@@ -78,8 +78,9 @@ class PgBouncer:
 
     def admin(self) -> psycopg.Connection:
         """Connect to the admin console (it speaks the simple query protocol only)."""
-        return psycopg.connect(self.url(ADMIN_DATABASE), autocommit=True,
-                               cursor_factory=psycopg.ClientCursor)
+        return psycopg.connect(
+            self.url(ADMIN_DATABASE), autocommit=True, cursor_factory=psycopg.ClientCursor
+        )
 
     def show(self, what: str) -> list[dict[str, object]]:
         """Return the rows of ``SHOW <what>`` (POOLS, STATS, SERVERS, CLIENTS...)."""
@@ -102,8 +103,13 @@ class PgBouncer:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def start(server: dict[str, object], *, pool_size: int = 10, max_clients: int = 2000,
-          timeout: float = 20.0) -> PgBouncer:
+def start(
+    server: dict[str, object],
+    *,
+    pool_size: int = 10,
+    max_clients: int = 2000,
+    timeout: float = 20.0,
+) -> PgBouncer:
     """Start pgbouncer in front of the server of a Django ``DATABASES`` entry.
 
     Every database of that server is reachable through it by name, each with at most
@@ -111,11 +117,15 @@ def start(server: dict[str, object], *, pool_size: int = 10, max_clients: int = 
     """
     program = binary()
     if program is None:
-        raise PgBouncerError("pgbouncer is not installed: apt-get install pgbouncer "
-                             "(`make pgbouncer`)")
+        raise PgBouncerError(
+            "pgbouncer is not installed: apt-get install pgbouncer (`make pgbouncer`)"
+        )
     user = str(server.get("USER") or "postgres")
-    target = [f"host={_quote(server.get('HOST') or '127.0.0.1')}",
-              f"port={_quote(server.get('PORT') or 5432)}", f"user={_quote(user)}"]
+    target = [
+        f"host={_quote(server.get('HOST') or '127.0.0.1')}",
+        f"port={_quote(server.get('PORT') or 5432)}",
+        f"user={_quote(user)}",
+    ]
     if server.get("PASSWORD"):
         target.append(f"password={_quote(server['PASSWORD'])}")
     account = _run_as()
@@ -147,16 +157,21 @@ def start(server: dict[str, object], *, pool_size: int = 10, max_clients: int = 
         "ignore_startup_parameters": "extra_float_digits",
     }
     ini = directory / "pgbouncer.ini"
-    ini.write_text("[databases]\n* = " + " ".join(target) + "\n\n[pgbouncer]\n"
-                   + "".join(f"{name} = {value}\n" for name, value in settings.items()))
+    ini.write_text(
+        "[databases]\n* = "
+        + " ".join(target)
+        + "\n\n[pgbouncer]\n"
+        + "".join(f"{name} = {value}\n" for name, value in settings.items())
+    )
     argv = [program, str(ini)]
     if account is not None:
         entry = pwd.getpwnam(account)
         for path in (directory, users, ini):
             os.chown(path, entry.pw_uid, entry.pw_gid)
         argv[1:1] = ["-u", account]
-    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
     bouncer = PgBouncer(port, user, pool_size, process, directory, log)
     deadline = time.monotonic() + timeout
     while True:
@@ -172,7 +187,8 @@ def start(server: dict[str, object], *, pool_size: int = 10, max_clients: int = 
                 text = bouncer.log_text()
                 bouncer.stop()
                 raise PgBouncerError(
-                    f"pgbouncer did not listen on {port}:\n{text[-2000:]}") from None
+                    f"pgbouncer did not listen on {port}:\n{text[-2000:]}"
+                ) from None
             time.sleep(0.05)
 
 

@@ -81,10 +81,20 @@ def port_free(host: str, port: int) -> bool:
 def web_command(python: str, host: str, port: int, env: dict[str, str]) -> list[str]:
     """Return the command line of the web server (the benchmarks start it the same way)."""
     return [
-        python, "-m", "gunicorn", "config.wsgi:application",
-        "-c", str(BASE_DIR / "config" / "gunicorn.py"),
-        "--bind", f"{host}:{port}", "--workers", env.get("WEB_CONCURRENCY", "2"),
-        "--access-logfile", "-", "--graceful-timeout", "10",
+        python,
+        "-m",
+        "gunicorn",
+        "config.wsgi:application",
+        "-c",
+        str(BASE_DIR / "config" / "gunicorn.py"),
+        "--bind",
+        f"{host}:{port}",
+        "--workers",
+        env.get("WEB_CONCURRENCY", "2"),
+        "--access-logfile",
+        "-",
+        "--graceful-timeout",
+        "10",
     ]
 
 
@@ -133,18 +143,51 @@ def main() -> int:
         metrics_dir.mkdir(parents=True)
         env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
         say("applying migrations")
-        subprocess.run([python, "manage.py", "migrate", "--noinput", "-v", "1"],
-                       env=env, cwd=BASE_DIR, check=True)
+        subprocess.run(
+            [python, "manage.py", "migrate", "--noinput", "-v", "1"],
+            env=env,
+            cwd=BASE_DIR,
+            check=True,
+        )
         children.append(spawn("web", web_command(python, host, port, env), env))
-        children.append(spawn("worker", [
-            python, "-m", "celery", "-A", "config", "worker",
-            "--loglevel", "INFO", "--concurrency", env.get("CELERY_CONCURRENCY", "1"),
-            "--hostname", f"sherdlock-worker-{os.getpid()}@%h",
-        ], env))
-        children.append(spawn("beat", [
-            python, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
-            "--schedule", str(DATA_DIR / "celerybeat-schedule"),
-        ], env))
+        children.append(
+            spawn(
+                "worker",
+                [
+                    python,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "config",
+                    "worker",
+                    "--loglevel",
+                    "INFO",
+                    "--concurrency",
+                    env.get("CELERY_CONCURRENCY", "1"),
+                    "--hostname",
+                    f"sherdlock-worker-{os.getpid()}@%h",
+                ],
+                env,
+            )
+        )
+        children.append(
+            spawn(
+                "beat",
+                [
+                    python,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "config",
+                    "beat",
+                    "--loglevel",
+                    "INFO",
+                    "--schedule",
+                    str(DATA_DIR / "celerybeat-schedule"),
+                ],
+                env,
+            )
+        )
         base = f"http://{host}:{port}"
         say("running — Ctrl-C stops web, worker, beat and the embedded servers")
         say(f"API root      {base}/api/v1/")

@@ -61,7 +61,8 @@ def database_pooling(value: str | None) -> str:
         raise ImproperlyConfigured(
             f"DATABASE_POOLING={value!r}: use 'transaction' when DATABASE_URL goes through a "
             "transaction-pooling proxy (PgBouncer pool_mode=transaction), else 'session' "
-            "or leave it unset")
+            "or leave it unset"
+        )
     return mode
 
 
@@ -85,7 +86,8 @@ def database_settings(url: str | None, pooling: str = SESSION_POOLING) -> dict[s
     if not url:
         if pooling == TRANSACTION_POOLING:
             raise ImproperlyConfigured(
-                "DATABASE_POOLING=transaction needs DATABASE_URL, the URL of the pooling proxy")
+                "DATABASE_POOLING=transaction needs DATABASE_URL, the URL of the pooling proxy"
+            )
         from config import embedded_db
 
         EMBEDDED_DATABASE = embedded_db.ensure_running(DATA_DIR / "postgres")
@@ -106,13 +108,15 @@ def direct_database_url(url: str | None, pooling: str) -> str | None:
         if url:
             raise ImproperlyConfigured(
                 "DATABASE_DIRECT_URL is only used with DATABASE_POOLING=transaction; set "
-                "both if DATABASE_URL goes through a transaction-pooling proxy, else neither")
+                "both if DATABASE_URL goes through a transaction-pooling proxy, else neither"
+            )
         return None
     if not url:
         raise ImproperlyConfigured(
             "DATABASE_POOLING=transaction needs DATABASE_DIRECT_URL: the same database "
             "without the proxy, for the cache listener, the wake-up listener and the "
-            "housekeeping guard (LISTEN and session advisory locks need a session)")
+            "housekeeping guard (LISTEN and session advisory locks need a session)"
+        )
     _postgres("DATABASE_DIRECT_URL", url)
     return url
 
@@ -125,7 +129,8 @@ def prepare_threshold(value: str | None, pooling: str) -> int | None:
             raise ImproperlyConfigured(
                 f"SHERDLOCK_PREPARE_THRESHOLD={value!r} with DATABASE_POOLING=transaction: a "
                 "statement prepared on one server session is unknown to the next one the "
-                "proxy lends; leave it unset (statements are then never prepared)")
+                "proxy lends; leave it unset (statements are then never prepared)"
+            )
         return None
     return None if off else int(value if value is not None else 2)
 
@@ -188,8 +193,7 @@ DATABASE_POOLING = database_pooling(os.environ.get("DATABASE_POOLING"))
 DATABASES = {"default": database_settings(os.environ.get("DATABASE_URL"), DATABASE_POOLING)}
 # Session-scoped features (LISTEN, the housekeeping guard) connect here instead of DATABASES
 # when DATABASE_URL is transaction-pooled (common.sessions); None otherwise.
-DATABASE_DIRECT_URL = direct_database_url(os.environ.get("DATABASE_DIRECT_URL"),
-                                          DATABASE_POOLING)
+DATABASE_DIRECT_URL = direct_database_url(os.environ.get("DATABASE_DIRECT_URL"), DATABASE_POOLING)
 DATABASES["default"].setdefault("TEST", {})
 if test_name := os.environ.get("SHERDLOCK_TEST_DB"):
     # Lets several test runs share one server without dropping each other's database.
@@ -242,8 +246,7 @@ REST_FRAMEWORK = {
 # client, never a normal one.
 SHERDLOCK_RATE_LIMITS = {
     "selections_per_key": os.environ.get("SHERDLOCK_RATE_SELECTIONS_PER_KEY", "120000/60s"),
-    "selections_per_wallet": os.environ.get("SHERDLOCK_RATE_SELECTIONS_PER_WALLET",
-                                            "60000/60s"),
+    "selections_per_wallet": os.environ.get("SHERDLOCK_RATE_SELECTIONS_PER_WALLET", "60000/60s"),
 }
 
 SPECTACULAR_SETTINGS = {
@@ -264,8 +267,9 @@ SHERDLOCK = {
     "DURABLE_LEASES": env_bool("SHERDLOCK_DURABLE_LEASES", False),
     # Hot statements are prepared on the server after this many runs on a connection; never
     # with DATABASE_POOLING=transaction, whose proxy cannot keep prepared statements.
-    "PREPARE_THRESHOLD": prepare_threshold(os.environ.get("SHERDLOCK_PREPARE_THRESHOLD"),
-                                           DATABASE_POOLING),
+    "PREPARE_THRESHOLD": prepare_threshold(
+        os.environ.get("SHERDLOCK_PREPARE_THRESHOLD"), DATABASE_POOLING
+    ),
     "CACHE_TTL": float(os.environ.get("SHERDLOCK_CACHE_TTL", 1.0)),
     # Real-time caches: one LISTEN connection per replica process applies token and lock
     # changes to its cache (locks.listener). While it is connected the cache keeps queues for
@@ -285,13 +289,13 @@ SHERDLOCK = {
     # Housekeeping: removal of expired locks and of spent tokens' locks (locks.housekeeping).
     "HOUSEKEEPING_BATCH_SIZE": int(os.environ.get("SHERDLOCK_HOUSEKEEPING_BATCH_SIZE", 1000)),
     "HOUSEKEEPING_MAX_BATCHES": int(os.environ.get("SHERDLOCK_HOUSEKEEPING_MAX_BATCHES", 100)),
-    "HOUSEKEEPING_GRACE_SECONDS": float(
-        os.environ.get("SHERDLOCK_HOUSEKEEPING_GRACE_SECONDS", 5)),
+    "HOUSEKEEPING_GRACE_SECONDS": float(os.environ.get("SHERDLOCK_HOUSEKEEPING_GRACE_SECONDS", 5)),
     # Days of housekeeping runs and failed selections (dashboard history) to keep.
     "HOUSEKEEPING_HISTORY_DAYS": float(os.environ.get("SHERDLOCK_HOUSEKEEPING_HISTORY_DAYS", 7)),
     # Whole seconds: beat's IntervalSchedule counts in integers.
     "HOUSEKEEPING_INTERVAL_SECONDS": int(
-        os.environ.get("SHERDLOCK_HOUSEKEEPING_INTERVAL_SECONDS", 10)),
+        os.environ.get("SHERDLOCK_HOUSEKEEPING_INTERVAL_SECONDS", 10)
+    ),
 }
 
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
@@ -302,8 +306,13 @@ LOGGING = {
         "plain": {"format": "%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s"},
     },
     "filters": {"connection_loss": {"()": "config.outage.ConnectionLossFilter"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain",
-                             "filters": ["connection_loss"]}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["connection_loss"],
+        }
+    },
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         "sherdlock": {"level": LOG_LEVEL},

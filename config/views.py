@@ -40,8 +40,9 @@ class Healthz(Probe):
 class Readyz(Probe):
     """Report whether the database answers."""
 
-    @extend_schema(summary="Readiness", tags=["health"],
-                   responses={200: STATUS, **error_responses(503)})
+    @extend_schema(
+        summary="Readiness", tags=["health"], responses={200: STATUS, **error_responses(503)}
+    )
     def get(self, request):
         try:
             with connection.cursor() as cursor:
@@ -55,8 +56,15 @@ class Readyz(Probe):
 class ApiRoot(Probe):
     """List the endpoints of the API."""
 
-    @extend_schema(summary="API root", tags=["health"], responses={200: inline_serializer(
-        "ApiRoot", {"endpoints": serializers.DictField(child=serializers.CharField())})})
+    @extend_schema(
+        summary="API root",
+        tags=["health"],
+        responses={
+            200: inline_serializer(
+                "ApiRoot", {"endpoints": serializers.DictField(child=serializers.CharField())}
+            )
+        },
+    )
     def get(self, request):
         def url(name: str, *args: str) -> str:
             return request.build_absolute_uri(reverse(name, args=args))
@@ -86,8 +94,9 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     """Answer unknown /api/ paths in the API's error shape; others get Django's page."""
     if _is_api(request):
         error = ERRORS[exceptions.NotFound]
-        return JsonResponse(error_body(error.code, str(exceptions.NotFound.default_detail)),
-                            status=error.status)
+        return JsonResponse(
+            error_body(error.code, str(exceptions.NotFound.default_detail)), status=error.status
+        )
     return defaults.page_not_found(request, exception)
 
 
@@ -102,6 +111,7 @@ def server_error(request: HttpRequest) -> HttpResponse:
 
         return unavailable_page(request)
     if _is_api(request):
-        return JsonResponse(error_body(SERVER_ERROR.code, "Internal server error."),
-                            status=SERVER_ERROR.status)
+        return JsonResponse(
+            error_body(SERVER_ERROR.code, "Internal server error."), status=SERVER_ERROR.status
+        )
     return defaults.server_error(request)

@@ -59,8 +59,7 @@ class InputFilter(admin.SimpleListFilter):
         # The form submits only this box: carry every other parameter along as hidden inputs.
         yield {
             "value": self.value() or "",
-            "hidden": [(k, v) for k, v in changelist.params.items()
-                       if k != self.parameter_name],
+            "hidden": [(k, v) for k, v in changelist.params.items() if k != self.parameter_name],
             "clear_url": changelist.get_query_string(remove=[self.parameter_name]),
         }
 
@@ -124,8 +123,9 @@ class AgeFilter(admin.SimpleListFilter):
 
 def token_link(token: Token) -> str:
     """Link to the token's admin page, labelled tx_id:index."""
-    return format_html('<a href="{}">{}</a>',
-                       reverse("admin:tokens_token_change", args=[token.pk]), token)
+    return format_html(
+        '<a href="{}">{}</a>', reverse("admin:tokens_token_change", args=[token.pk]), token
+    )
 
 
 def lock_state(lock: TokenLock) -> str:
@@ -137,8 +137,18 @@ def lock_state(lock: TokenLock) -> str:
 
 @admin.register(TokenLock)
 class TokenLockAdmin(ReadOnlyAdmin):
-    list_display = ["token_display", "wallet_display", "currency", "quantity", "spender_tx_id",
-                    "fence", "created_at", "expires_at", "age", "state"]
+    list_display = [
+        "token_display",
+        "wallet_display",
+        "currency",
+        "quantity",
+        "spender_tx_id",
+        "fence",
+        "created_at",
+        "expires_at",
+        "age",
+        "state",
+    ]
     list_filter = [LockStateFilter, LockCurrencyFilter, LockWalletFilter, AgeFilter]
     list_select_related = ["token"]
     fields = ["token", "spender_tx_id", "fence", "created_at", "expires_at", "age", "state"]
@@ -190,16 +200,19 @@ class LeaseFilter(admin.SimpleListFilter):
     parameter_name = "lease"
 
     def lookups(self, request, model_admin):
-        return [("live", "live"), ("expired", "expired"), ("spent", "spent"),
-                ("released", "released")]
+        return [
+            ("live", "live"),
+            ("expired", "expired"),
+            ("spent", "spent"),
+            ("released", "released"),
+        ]
 
     def queryset(self, request, queryset):
         locked = Q(status=Selection.Status.LOCKED)
         if self.value() == "live":
             return queryset.filter(locked, expires_at__gt=Now())
         if self.value() == "expired":
-            return queryset.filter(locked & (Q(expires_at__lte=Now())
-                                             | Q(expires_at__isnull=True)))
+            return queryset.filter(locked & (Q(expires_at__lte=Now()) | Q(expires_at__isnull=True)))
         if self.value() in ("spent", "released"):
             return queryset.filter(status=self.value())
         return queryset
@@ -213,8 +226,9 @@ class SelectionChangeList(ChangeList):
         wanted = {pk for s in self.result_list for pk in s.token_ids[:TOKENS_SHOWN]}
         tokens = Token.objects.in_bulk(wanted)
         for selection in self.result_list:
-            selection.shown_tokens = [tokens[pk] for pk in selection.token_ids[:TOKENS_SHOWN]
-                                      if pk in tokens]
+            selection.shown_tokens = [
+                tokens[pk] for pk in selection.token_ids[:TOKENS_SHOWN] if pk in tokens
+            ]
 
 
 def lease_state(selection: Selection) -> str:
@@ -227,8 +241,18 @@ def lease_state(selection: Selection) -> str:
 
 @admin.register(Selection)
 class SelectionAdmin(ReadOnlyAdmin):
-    list_display = ["tx_id", "wallet_display", "currency", "quantity", "total", "tokens",
-                    "locks_held", "lease", "created_at", "expires_at"]
+    list_display = [
+        "tx_id",
+        "wallet_display",
+        "currency",
+        "quantity",
+        "total",
+        "tokens",
+        "locks_held",
+        "lease",
+        "created_at",
+        "expires_at",
+    ]
     list_filter = [LeaseFilter, CurrencyFilter]
     ordering = ["-created_at"]
     search_fields = ["tx_id", "wallet"]  # exact, see below
@@ -240,8 +264,13 @@ class SelectionAdmin(ReadOnlyAdmin):
         return SelectionChangeList
 
     def get_queryset(self, request):
-        held = (TokenLock.objects.filter(spender_tx_id=OuterRef("tx_id"), fence=OuterRef("fence"))
-                .order_by().values("spender_tx_id").annotate(n=Count("pk")).values("n"))
+        held = (
+            TokenLock.objects.filter(spender_tx_id=OuterRef("tx_id"), fence=OuterRef("fence"))
+            .order_by()
+            .values("spender_tx_id")
+            .annotate(n=Count("pk"))
+            .values("n")
+        )
         return super().get_queryset(request).annotate(held=Subquery(held))
 
     def get_search_results(self, request, queryset, search_term):
@@ -282,8 +311,11 @@ class SelectionAdmin(ReadOnlyAdmin):
             except (SherdlockError, DatabaseError) as exc:
                 self.message_user(request, f"{tx_id}: not released: {exc}", messages.ERROR)
             else:
-                self.message_user(request, f"{tx_id}: released, {removed} lock(s) removed",
-                                  messages.SUCCESS if removed else messages.INFO)
+                self.message_user(
+                    request,
+                    f"{tx_id}: released, {removed} lock(s) removed",
+                    messages.SUCCESS if removed else messages.INFO,
+                )
 
 
 @admin.register(LockAudit)
@@ -298,8 +330,9 @@ class LockAuditAdmin(ReadOnlyAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        query = (Q(reason__icontains=term) | Q(user__username=term)
-                 | Q(spender_tx_ids__contains=[term]))
+        query = (
+            Q(reason__icontains=term) | Q(user__username=term) | Q(spender_tx_ids__contains=[term])
+        )
         if (token_id := small_int(term)) is not None:
             query |= Q(token_ids__contains=[token_id])
         return queryset.filter(query), False
@@ -313,15 +346,28 @@ class LockAuditAdmin(ReadOnlyAdmin):
 
 @admin.register(HousekeepingRun)
 class HousekeepingRunAdmin(ReadOnlyAdmin):
-    list_display = ["started_at", "finished_at", "expired_removed", "spent_removed",
-                    "buckets_removed", "skipped"]
+    list_display = [
+        "started_at",
+        "finished_at",
+        "expired_removed",
+        "spent_removed",
+        "buckets_removed",
+        "skipped",
+    ]
     list_filter = ["skipped"]
 
 
 @admin.register(FailedSelection)
 class FailedSelectionAdmin(ReadOnlyAdmin):
-    list_display = ["created_at", "tx_id", "wallet_display", "currency", "quantity", "outcome",
-                    "lock_conflicts"]
+    list_display = [
+        "created_at",
+        "tx_id",
+        "wallet_display",
+        "currency",
+        "quantity",
+        "outcome",
+        "lock_conflicts",
+    ]
     list_filter = ["outcome", CurrencyFilter]
     ordering = ["-created_at"]
     search_fields = ["tx_id", "wallet"]  # exact, see below

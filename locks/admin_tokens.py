@@ -29,7 +29,8 @@ MAX_CORRECTED = 1000  # tokens one correction locks and changes
 
 class CorrectionForm(forms.Form):
     reason = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}), max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        max_length=2000,
         help_text="Recorded in the lock audit with your name and the time.",
     )
 
@@ -43,24 +44,33 @@ def mark_unspent_view(modeladmin, request, queryset):
             modeladmin.message_user(request, f"Refused: {reason}.", messages.ERROR)
         if audit is not None:
             modeladmin.message_user(
-                request, f"Marked {audit.count} token(s) unspent; recorded as audit "
-                f"#{audit.pk}.", messages.SUCCESS)
+                request,
+                f"Marked {audit.count} token(s) unspent; recorded as audit #{audit.pk}.",
+                messages.SUCCESS,
+            )
         return None
     count = queryset.count()
     if count > MAX_CORRECTED:
-        modeladmin.message_user(request, f"{count} tokens selected; correct at most "
-                                f"{MAX_CORRECTED} at a time.", messages.ERROR)
+        modeladmin.message_user(
+            request,
+            f"{count} tokens selected; correct at most {MAX_CORRECTED} at a time.",
+            messages.ERROR,
+        )
         return None
-    context = confirmation_context(modeladmin, request, queryset, "Mark tokens unspent", form,
-                                   count)
+    context = confirmation_context(
+        modeladmin, request, queryset, "Mark tokens unspent", form, count
+    )
     return TemplateResponse(request, "admin/tokens/token/mark_unspent.html", context)
 
 
 def locked_unspent(ids) -> dict[str, Decimal]:
     """Lock the tokens ``ids`` (a list or a subquery) and sum the unspent ones per currency."""
     return supply.unspent_by_currency(
-        Token.objects.select_for_update().filter(pk__in=ids).order_by("pk")
-        .only("currency", "quantity", "spent_at"))
+        Token.objects.select_for_update()
+        .filter(pk__in=ids)
+        .order_by("pk")
+        .only("currency", "quantity", "spent_at")
+    )
 
 
 class LockedFilter(admin.SimpleListFilter):
@@ -81,8 +91,15 @@ class LockedFilter(admin.SimpleListFilter):
 
 @admin.register(Token)
 class TokenAdmin(admin.ModelAdmin):
-    list_display = ["identity", "wallet_display", "currency", "quantity", "created_at",
-                    "spent_by", "lock_link"]
+    list_display = [
+        "identity",
+        "wallet_display",
+        "currency",
+        "quantity",
+        "created_at",
+        "spent_by",
+        "lock_link",
+    ]
     list_filter = [CurrencyFilter, SpentFilter, LockedFilter]
     list_select_related = ["lock"]
     # Matched exactly (see get_search_results): "=" would mean iexact, which no index serves.
@@ -106,8 +123,9 @@ class TokenAdmin(admin.ModelAdmin):
         # exist. Corrections go through the audited action.
         return [*IDENTITY_FIELDS, "created_at", "spent_by", "spent_at", "lock_link"]
 
-    @admin.action(description="Mark selected tokens unspent (audited correction)",
-                  permissions=["change"])
+    @admin.action(
+        description="Mark selected tokens unspent (audited correction)", permissions=["change"]
+    )
     def mark_unspent(self, request, queryset):
         return mark_unspent_view(self, request, queryset)
 
@@ -135,8 +153,12 @@ class TokenAdmin(admin.ModelAdmin):
             before = locked_unspent([obj.pk]) if change else {}
             super().save_model(request, obj, form, change)
             after = supply.unspent_by_currency([obj])
-            supply.add({currency: after.get(currency, 0) - before.get(currency, 0)
-                        for currency in {*before, *after}})
+            supply.add(
+                {
+                    currency: after.get(currency, 0) - before.get(currency, 0)
+                    for currency in {*before, *after}
+                }
+            )
 
     def delete_model(self, request, obj):
         with transaction.atomic():
@@ -171,4 +193,3 @@ class TokenAdmin(admin.ModelAdmin):
             state = "live"
         url = reverse("admin:locks_tokenlock_change", args=[lock.pk])
         return format_html('<a href="{}">{} by {}</a>', url, state, lock.spender_tx_id)
-

@@ -87,19 +87,26 @@ def act(request, wallet: str) -> None:
         # The audit row commits with the release or renewal it describes, or not at all.
         with transaction.atomic():
             if action == "release":
-                removed = release_selection(
-                    tx_id, namespace=selection.namespace).locks_removed
-                audit(request, "release_selection", selection, removed,
-                      f"released from the wallet page of {wallet}")
+                removed = release_selection(tx_id, namespace=selection.namespace).locks_removed
+                audit(
+                    request,
+                    "release_selection",
+                    selection,
+                    removed,
+                    f"released from the wallet page of {wallet}",
+                )
                 text = f"{tx_id}: released, {removed} lock(s) removed"
             else:
                 seconds = form.cleaned_data["seconds"] or settings.SHERDLOCK["LEASE_SECONDS"]
-                renewed = extend_selection(tx_id, seconds,
-                                           namespace=selection.namespace).selection
-                audit(request, "extend_selection", selection, len(renewed.token_ids),
-                      f"extended by {seconds:g} s from the wallet page of {wallet}")
-                text = (f"{tx_id}: lease extended until "
-                        f"{renewed.expires_at:%Y-%m-%d %H:%M:%S} UTC")
+                renewed = extend_selection(tx_id, seconds, namespace=selection.namespace).selection
+                audit(
+                    request,
+                    "extend_selection",
+                    selection,
+                    len(renewed.token_ids),
+                    f"extended by {seconds:g} s from the wallet page of {wallet}",
+                )
+                text = f"{tx_id}: lease extended until {renewed.expires_at:%Y-%m-%d %H:%M:%S} UTC"
     except (SherdlockError, DatabaseError) as exc:
         messages.error(request, f"{tx_id}: not {PAST[action]}: {exc}")
         return
@@ -109,5 +116,10 @@ def act(request, wallet: str) -> None:
 
 def audit(request, action: str, selection: Selection, count: int, reason: str) -> None:
     LockAudit.objects.create(
-        user=request.user, action=action, reason=reason, count=count,
-        spender_tx_ids=[selection.tx_id], token_ids=list(selection.token_ids))
+        user=request.user,
+        action=action,
+        reason=reason,
+        count=count,
+        spender_tx_ids=[selection.tx_id],
+        token_ids=list(selection.token_ids),
+    )

@@ -147,10 +147,10 @@ def currency_supply(locked: dict[str, tuple[int, Decimal]]) -> list[SupplyRow]:
     """Return the unspent supply per currency from its summary, with its live-locked part."""
     rows = []
     for currency, total in CurrencySupply.objects.order_by("currency").values_list(
-            "currency", "supply"):
+        "currency", "supply"
+    ):
         tokens, value = locked.get(currency, (0, Decimal(0)))
-        rows.append(SupplyRow(currency=currency, supply=total, locked_tokens=tokens,
-                              locked=value))
+        rows.append(SupplyRow(currency=currency, supply=total, locked_tokens=tokens, locked=value))
     return rows
 
 
@@ -158,17 +158,20 @@ def contended_wallets(since: datetime) -> list[ContendedWallet]:
     """Return the wallets whose selections failed most since ``since``, worst first."""
     rows = (
         FailedSelection.objects.filter(created_at__gte=since)
-        .values("wallet", "currency").order_by()
+        .values("wallet", "currency")
+        .order_by()
         .annotate(
             funds_locked=Count("pk", filter=Q(outcome=FailedSelection.Outcome.FUNDS_LOCKED)),
             insufficient_funds=Count(
-                "pk", filter=Q(outcome=FailedSelection.Outcome.INSUFFICIENT_FUNDS)),
+                "pk", filter=Q(outcome=FailedSelection.Outcome.INSUFFICIENT_FUNDS)
+            ),
             lock_conflicts=Sum("lock_conflicts"),
         )
         .order_by("-funds_locked", "-lock_conflicts", "wallet")[:TOP]
     )
-    return [ContendedWallet(**{**row, "lock_conflicts": row["lock_conflicts"] or 0})
-            for row in rows]
+    return [
+        ContendedWallet(**{**row, "lock_conflicts": row["lock_conflicts"] or 0}) for row in rows
+    ]
 
 
 def outcomes_per_minute(now: datetime) -> list[MinuteOutcomes]:
@@ -178,18 +181,29 @@ def outcomes_per_minute(now: datetime) -> list[MinuteOutcomes]:
     minutes = {start + timedelta(minutes=i): {} for i in range(int(WINDOW.total_seconds()) // 60)}
     # COUNT(*), not COUNT(id): with nothing but created_at read, the selection_recent index
     # answers alone (an index-only scan) wherever the visibility map allows.
-    successes = (Selection.objects.filter(created_at__gte=start, created_at__lt=end)
-                 .annotate(minute=TruncMinute("created_at")).values("minute").order_by()
-                 .annotate(n=Count("*")))
+    successes = (
+        Selection.objects.filter(created_at__gte=start, created_at__lt=end)
+        .annotate(minute=TruncMinute("created_at"))
+        .values("minute")
+        .order_by()
+        .annotate(n=Count("*"))
+    )
     for row in successes:
         minutes.setdefault(row["minute"], {})["success"] = row["n"]
-    failures = (FailedSelection.objects.filter(created_at__gte=start, created_at__lt=end)
-                .annotate(minute=TruncMinute("created_at")).values("minute", "outcome")
-                .order_by().annotate(n=Count("pk")))
+    failures = (
+        FailedSelection.objects.filter(created_at__gte=start, created_at__lt=end)
+        .annotate(minute=TruncMinute("created_at"))
+        .values("minute", "outcome")
+        .order_by()
+        .annotate(n=Count("pk"))
+    )
     for row in failures:
         minutes.setdefault(row["minute"], {})[row["outcome"]] = row["n"]
-    return [MinuteOutcomes(minute=minute, **counts) for minute, counts in sorted(minutes.items())
-            if start <= minute < end]
+    return [
+        MinuteOutcomes(minute=minute, **counts)
+        for minute, counts in sorted(minutes.items())
+        if start <= minute < end
+    ]
 
 
 def build_dashboard(now: datetime | None = None) -> Dashboard:

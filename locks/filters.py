@@ -22,7 +22,6 @@ class SelectionFilter(django_filters.FilterSet):
         model = Selection
         fields = ["wallet", "currency", "status"]
 
-
     def filter_status(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         return queryset.reported(value)
 
@@ -33,8 +32,9 @@ class LockFilter(django_filters.FilterSet):
     wallet = IdentifierFilter(field_name="token__wallet")
     currency = IdentifierFilter(field_name="token__currency", max_length=CURRENCY_MAX_LENGTH)
     spender_tx_id = IdentifierFilter()
-    state = StrictChoiceFilter(choices=[("live", "live"), ("expired", "expired")],
-                               method="filter_state")
+    state = StrictChoiceFilter(
+        choices=[("live", "live"), ("expired", "expired")], method="filter_state"
+    )
 
     class Meta:
         model = TokenLock

@@ -80,8 +80,9 @@ WITH gone AS (
     RETURNING wallet, currency
 ),{wake}
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM woken)
-""".format(wake=waiting_sql.WAKE.format(keys="SELECT wallet, currency FROM gone",
-                                        when="true").rstrip(","))
+""".format(
+    wake=waiting_sql.WAKE.format(keys="SELECT wallet, currency FROM gone", when="true").rstrip(",")
+)
 
 # Record as expired up to %(limit)s selections still marked locked whose lease ended at least
 # %(grace)s seconds ago, so that listings and the dashboard filter on the stored status. Readers
@@ -158,8 +159,9 @@ def _release_session_guard(session: psycopg.Connection) -> None:
     try:
         session.execute("SELECT pg_advisory_unlock(%s)", [GUARD_KEY])
     except psycopg.Error:
-        logger.warning("could not release the housekeeping guard; closing its session",
-                       exc_info=True)
+        logger.warning(
+            "could not release the housekeeping guard; closing its session", exc_info=True
+        )
     finally:
         session.close()
 
@@ -173,16 +175,18 @@ def _release_guard(connection) -> None:
         # Django keeps connections open between tasks, so a guard left behind would make every
         # other housekeeper skip until this connection is recycled. Ending the session is the
         # one sure way to drop a session lock.
-        logger.warning("could not release the housekeeping guard; closing the connection",
-                       exc_info=True)
+        logger.warning(
+            "could not release the housekeeping guard; closing the connection", exc_info=True
+        )
         connection.close()
         return
     if not released:
         logger.warning("the housekeeping guard was no longer held when released")
 
 
-def _in_batches(connection, statement: str, params: dict[str, object], batch_size: int,
-                max_batches: int) -> int:
+def _in_batches(
+    connection, statement: str, params: dict[str, object], batch_size: int, max_batches: int
+) -> int:
     """Run a bounded statement until it affects fewer rows than a batch; count them."""
     total = 0
     for _ in range(max_batches):
@@ -208,8 +212,7 @@ def _settings(batch_size, max_batches, grace_seconds) -> tuple[int, int, float]:
     options = settings.SHERDLOCK
     batch_size = int(options["HOUSEKEEPING_BATCH_SIZE"] if batch_size is None else batch_size)
     max_batches = int(options["HOUSEKEEPING_MAX_BATCHES"] if max_batches is None else max_batches)
-    grace = float(options["HOUSEKEEPING_GRACE_SECONDS"] if grace_seconds is None
-                  else grace_seconds)
+    grace = float(options["HOUSEKEEPING_GRACE_SECONDS"] if grace_seconds is None else grace_seconds)
     if batch_size < 1 or max_batches < 1:
         raise ValueError("batch_size and max_batches must be positive")
     if grace < 0:
@@ -268,8 +271,7 @@ def run_housekeeping(
                     progress(kind, count)
                 if count < batch_size:  # nothing left that is not being worked on
                     break
-        settled = _in_batches(connection, SETTLE_EXPIRED, {"grace": grace}, batch_size,
-                              max_batches)
+        settled = _in_batches(connection, SETTLE_EXPIRED, {"grace": grace}, batch_size, max_batches)
         # Waiters whose request died with its process: they stopped counting at their
         # deadline, now their rows go.
         _in_batches(connection, waiting_sql.PRUNE, {"grace": grace}, batch_size, max_batches)
@@ -279,8 +281,10 @@ def run_housekeeping(
         try:
             # Partial counts are kept on failure; finished_at stays empty to show it.
             runs.filter(pk=run.pk).update(
-                expired_removed=removed["expired"], spent_removed=removed["spent"],
-                buckets_removed=removed[BUCKETS], finished_at=Now() if completed else None,
+                expired_removed=removed["expired"],
+                spent_removed=removed["spent"],
+                buckets_removed=removed[BUCKETS],
+                finished_at=Now() if completed else None,
             )
         finally:
             release_guard()
@@ -288,9 +292,16 @@ def run_housekeeping(
     HOUSEKEEPING_LAST_RUN.set_to_current_time()
     # Quiet when idle: a pass runs every few seconds, and the run table records it anyway.
     level = logging.INFO if any(removed.values()) else logging.DEBUG
-    logger.log(level, "housekeeping removed %d expired and %d spent lock(s) and %d idle "
-               "rate-limit bucket(s) in %d batch(es), settled %d expired selection(s), %.3f s",
-               removed["expired"], removed["spent"], removed[BUCKETS], batches, settled,
-               time.monotonic() - started)
+    logger.log(
+        level,
+        "housekeeping removed %d expired and %d spent lock(s) and %d idle "
+        "rate-limit bucket(s) in %d batch(es), settled %d expired selection(s), %.3f s",
+        removed["expired"],
+        removed["spent"],
+        removed[BUCKETS],
+        batches,
+        settled,
+        time.monotonic() - started,
+    )
     run.refresh_from_db()
     return run

@@ -39,8 +39,13 @@ APPLICATION_NAME = "sherdlock-listener"
 # keepalives within about idle + interval * count seconds; without them a listener would wait
 # on a dead socket forever while its cache silently stops learning. The connect timeout keeps
 # an unreachable server from holding a reconnection (and stop()) for minutes.
-CONNECTION_DEFAULTS = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
-                       "keepalives_count": 3, "connect_timeout": 10}
+CONNECTION_DEFAULTS = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    "connect_timeout": 10,
+}
 
 Connect = Callable[[], psycopg.Connection]
 
@@ -54,8 +59,9 @@ def django_connect(alias: str = DEFAULT_DB_ALIAS) -> Connect:
     """
 
     def connect() -> psycopg.Connection:
-        return sessions.connect(alias, application_name=APPLICATION_NAME,
-                                defaults=CONNECTION_DEFAULTS)
+        return sessions.connect(
+            alias, application_name=APPLICATION_NAME, defaults=CONNECTION_DEFAULTS
+        )
 
     return connect
 
@@ -169,8 +175,9 @@ class CacheListener:
             event = self._apply(json.loads(payload))
         except (ValueError, KeyError, TypeError) as exc:
             # Something we cannot read may have announced anything: forget everything.
-            log.warning("unreadable notification %.200r (%s): dropping every cached queue",
-                        payload, exc)
+            log.warning(
+                "unreadable notification %.200r (%s): dropping every cached queue", payload, exc
+            )
             event = "invalid"
             self._invalidate(None)
         self.stats.received[event] += 1
@@ -185,15 +192,15 @@ class CacheListener:
             return event
         key = WalletKey(str(message["wallet"]), str(message["currency"]))
         if event in ("issued", "released"):
-            candidates = [Candidate(int(token_id), int(quantity))
-                          for token_id, quantity in message["tokens"]]
+            candidates = [
+                Candidate(int(token_id), int(quantity)) for token_id, quantity in message["tokens"]
+            ]
             # Only keys this replica has a queue for: queues for every wallet in the system
             # would evict the ones in use; a replica with no queue fetches anyway. Every
             # replica hears of the same tokens in the same order: appended, they would be
             # tried by all replicas at once, so each puts them at random places. The limit
             # keeps a busy wallet's queue from growing towards the whole wallet.
-            self.cache.add(key, candidates, create=False, rng=self._rng,
-                           limit=self._queue_limit)
+            self.cache.add(key, candidates, create=False, rng=self._rng, limit=self._queue_limit)
         elif event in ("spent", "locked"):
             # Our own locks come back too; they already left the queue, so this is a no-op.
             self.cache.discard(key, [int(token_id) for token_id in message["ids"]])
@@ -228,8 +235,12 @@ class CacheListener:
                     break
                 if self.connected:
                     delay = self._backoff[0]  # it worked until now: retry soon
-                log.warning("cache listener lost its connection (%s); retrying in <= %.2fs",
-                            exc, delay, exc_info=not isinstance(exc, psycopg.Error | OSError))
+                log.warning(
+                    "cache listener lost its connection (%s); retrying in <= %.2fs",
+                    exc,
+                    delay,
+                    exc_info=not isinstance(exc, psycopg.Error | OSError),
+                )
             finally:
                 self._disconnected(conn)
             if self._stop.wait(self._rng.uniform(delay / 2, delay)):

@@ -32,8 +32,13 @@ class TokenLockQuerySet(models.QuerySet):
 
     def create_for(self, token, **fields) -> TokenLock:
         """Create a lock on ``token``, copying the token's wallet, currency and quantity."""
-        return self.create(token=token, wallet=token.wallet, currency=token.currency,
-                           quantity=token.quantity, **fields)
+        return self.create(
+            token=token,
+            wallet=token.wallet,
+            currency=token.currency,
+            quantity=token.quantity,
+            **fields,
+        )
 
     def of_spent_tokens(self) -> TokenLockQuerySet:
         return self.filter(token__spent_at__isnull=False)
@@ -51,7 +56,10 @@ class TokenLock(models.Model):
     # its check would cost every lock insert a trigger and a KEY SHARE lock on the token row.
     # (Deleting a token through the ORM still deletes its lock first.)
     token = models.OneToOneField(
-        "tokens.Token", on_delete=models.CASCADE, primary_key=True, related_name="lock",
+        "tokens.Token",
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="lock",
         db_constraint=False,
     )
     spender_tx_id = models.CharField(max_length=ID_MAX_LENGTH)
@@ -86,8 +94,13 @@ class TokenLock(models.Model):
     @classmethod
     def of(cls, token, **fields) -> TokenLock:
         """Return an unsaved lock on ``token``, with the token's wallet, currency and quantity."""
-        return cls(token=token, wallet=token.wallet, currency=token.currency,
-                   quantity=token.quantity, **fields)
+        return cls(
+            token=token,
+            wallet=token.wallet,
+            currency=token.currency,
+            quantity=token.quantity,
+            **fields,
+        )
 
     @property
     def is_expired(self) -> bool:
@@ -97,9 +110,14 @@ class TokenLock(models.Model):
 class SelectionQuerySet(models.QuerySet):
     def with_state(self) -> SelectionQuerySet:
         """Annotate ``live_locks``: how many of its locks each selection still holds."""
-        held = (TokenLock.objects.live()
-                .filter(spender_tx_id=OuterRef("tx_id"), fence=OuterRef("fence"))
-                .order_by().values("spender_tx_id").annotate(n=Count("pk")).values("n"))
+        held = (
+            TokenLock.objects.live()
+            .filter(spender_tx_id=OuterRef("tx_id"), fence=OuterRef("fence"))
+            .order_by()
+            .values("spender_tx_id")
+            .annotate(n=Count("pk"))
+            .values("n")
+        )
         return self.annotate(live_locks=Coalesce(Subquery(held), 0))
 
     def reported(self, status: str) -> SelectionQuerySet:
@@ -137,8 +155,11 @@ class Selection(models.Model):
     token_ids = ArrayField(models.BigIntegerField(), default=list)
     # The tokens its spend created, in output order: exactly what a repeated spend compares
     # and answers with, whatever else is later issued under the same transaction id.
-    output_ids = ArrayField(models.BigIntegerField(), blank=True, db_default=Value(
-        [], output_field=ArrayField(models.BigIntegerField())))
+    output_ids = ArrayField(
+        models.BigIntegerField(),
+        blank=True,
+        db_default=Value([], output_field=ArrayField(models.BigIntegerField())),
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.LOCKED)
     created_at = models.DateTimeField(db_default=Now())
     expires_at = models.DateTimeField(null=True, blank=True)
@@ -152,8 +173,9 @@ class Selection(models.Model):
             models.Index(fields=["wallet", "currency"], name="selection_wallet"),
             models.Index(fields=["-created_at"], name="selection_recent"),
             # Housekeeping settles locked selections whose lease ended.
-            models.Index(fields=["expires_at"], condition=Q(status="locked"),
-                         name="selection_locked_expiry"),
+            models.Index(
+                fields=["expires_at"], condition=Q(status="locked"), name="selection_locked_expiry"
+            ),
         ]
         constraints = [
             # A constraint rather than unique=True: no pattern-ops twin index to maintain.
@@ -162,8 +184,9 @@ class Selection(models.Model):
                 condition=Q(quantity__gt=0) & Q(quantity__lte=MAX_QUANTITY),
                 name="selection_quantity_range",
             ),
-            models.CheckConstraint(condition=Q(total__gte=F("quantity")),
-                                   name="selection_total_covers_quantity"),
+            models.CheckConstraint(
+                condition=Q(total__gte=F("quantity")), name="selection_total_covers_quantity"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -215,7 +238,8 @@ class HousekeepingRun(models.Model):
     expired_removed = models.PositiveIntegerField(default=0)
     spent_removed = models.PositiveIntegerField(default=0)
     buckets_removed = models.PositiveIntegerField(
-        default=0, help_text="rate-limit buckets removed after idling a full period")
+        default=0, help_text="rate-limit buckets removed after idling a full period"
+    )
     skipped = models.BooleanField(default=False, help_text="another housekeeper held the guard")
 
     class Meta:

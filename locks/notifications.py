@@ -16,19 +16,49 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 # (trigger, table, event, transition tables, function). Transition tables allow one event per
 # trigger, hence one trigger per table and event.
 TRIGGERS = [
-    ("sherdlock_tokens_inserted", "tokens_token", "INSERT",
-     "REFERENCING NEW TABLE AS new_tokens", "sherdlock_tokens_inserted"),
-    ("sherdlock_tokens_updated", "tokens_token", "UPDATE",
-     "REFERENCING OLD TABLE AS old_tokens NEW TABLE AS new_tokens", "sherdlock_tokens_updated"),
-    ("sherdlock_tokens_deleted", "tokens_token", "DELETE",
-     "REFERENCING OLD TABLE AS old_tokens", "sherdlock_tokens_deleted"),
+    (
+        "sherdlock_tokens_inserted",
+        "tokens_token",
+        "INSERT",
+        "REFERENCING NEW TABLE AS new_tokens",
+        "sherdlock_tokens_inserted",
+    ),
+    (
+        "sherdlock_tokens_updated",
+        "tokens_token",
+        "UPDATE",
+        "REFERENCING OLD TABLE AS old_tokens NEW TABLE AS new_tokens",
+        "sherdlock_tokens_updated",
+    ),
+    (
+        "sherdlock_tokens_deleted",
+        "tokens_token",
+        "DELETE",
+        "REFERENCING OLD TABLE AS old_tokens",
+        "sherdlock_tokens_deleted",
+    ),
     ("sherdlock_tokens_truncated", "tokens_token", "TRUNCATE", "", "sherdlock_truncated"),
-    ("sherdlock_locks_inserted", "locks_tokenlock", "INSERT",
-     "REFERENCING NEW TABLE AS new_locks", "sherdlock_locks_inserted"),
-    ("sherdlock_locks_updated", "locks_tokenlock", "UPDATE",
-     "REFERENCING OLD TABLE AS old_locks NEW TABLE AS new_locks", "sherdlock_locks_updated"),
-    ("sherdlock_locks_deleted", "locks_tokenlock", "DELETE",
-     "REFERENCING OLD TABLE AS old_locks", "sherdlock_locks_deleted"),
+    (
+        "sherdlock_locks_inserted",
+        "locks_tokenlock",
+        "INSERT",
+        "REFERENCING NEW TABLE AS new_locks",
+        "sherdlock_locks_inserted",
+    ),
+    (
+        "sherdlock_locks_updated",
+        "locks_tokenlock",
+        "UPDATE",
+        "REFERENCING OLD TABLE AS old_locks NEW TABLE AS new_locks",
+        "sherdlock_locks_updated",
+    ),
+    (
+        "sherdlock_locks_deleted",
+        "locks_tokenlock",
+        "DELETE",
+        "REFERENCING OLD TABLE AS old_locks",
+        "sherdlock_locks_deleted",
+    ),
     ("sherdlock_locks_truncated", "locks_tokenlock", "TRUNCATE", "", "sherdlock_truncated"),
 ]
 
@@ -47,8 +77,10 @@ def install(using: str = DEFAULT_DB_ALIAS) -> None:
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
         for name, table, event, transition, function in TRIGGERS:
             cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON {table}")
-            cursor.execute(f"CREATE TRIGGER {name} AFTER {event} ON {table} {transition} "
-                           f"FOR EACH STATEMENT EXECUTE FUNCTION {function}()")
+            cursor.execute(
+                f"CREATE TRIGGER {name} AFTER {event} ON {table} {transition} "
+                f"FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
+            )
 
 
 def uninstall(using: str = DEFAULT_DB_ALIAS) -> None:

@@ -81,7 +81,8 @@ def get_selector() -> Selector:
             _pid = pid
             if listen:
                 _listener = CacheListener(
-                    _selector.cache, django_connect(),
+                    _selector.cache,
+                    django_connect(),
                     fallback_ttl=float(options["CACHE_TTL"]),
                     # A few fetches' worth: enough to serve from news, small enough to stay
                     # a random sample of a big wallet rather than a copy of it.

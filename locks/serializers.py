@@ -45,16 +45,21 @@ class SelectRequestSerializer(serializers.Serializer):
     """Lock tokens of ``wallet`` worth at least ``quantity`` of ``currency`` for ``tx_id``."""
 
     # The tx_id is a path segment of /selections/{tx_id}/: a "/" would make it unreachable.
-    tx_id = IdentifierField(path=True, help_text=(
-        "The spending transaction; names the selection. No \"/\": it is a path segment."))
+    tx_id = IdentifierField(
+        path=True,
+        help_text=('The spending transaction; names the selection. No "/": it is a path segment.'),
+    )
     wallet = IdentifierField()
     currency = currency_field()
     quantity = QuantityField()
     wait = StrictIntegerField(
-        required=False, min_value=0, max_value=MAX_WAIT_SECONDS,
+        required=False,
+        min_value=0,
+        max_value=MAX_WAIT_SECONDS,
         help_text="Seconds this request may wait for funds others hold (as Prefer: wait=N): it "
-                  "waits its turn behind earlier waiters of the wallet and currency and is "
-                  "answered as soon as it gets the funds. 0 or absent: answer at once.")
+        "waits its turn behind earlier waiters of the wallet and currency and is "
+        "answered as soon as it gets the funds. 0 or absent: answer at once.",
+    )
 
 
 class SelectedTokenSerializer(serializers.Serializer):
@@ -65,8 +70,11 @@ class SelectedTokenSerializer(serializers.Serializer):
     quantity = AmountField()
 
     def to_representation(self, token: Token) -> dict:
-        return {"tx_id": str(token.tx_id), "index": int(token.index),
-                "quantity": _amount(token.quantity)}
+        return {
+            "tx_id": str(token.tx_id),
+            "index": int(token.index),
+            "quantity": _amount(token.quantity),
+        }
 
 
 _SELECTED_TOKEN = SelectedTokenSerializer()
@@ -80,22 +88,42 @@ class SelectionSerializer(serializers.ModelSerializer):
     change = serializers.SerializerMethodField(help_text="total - quantity.")
     tokens = serializers.SerializerMethodField()
     status = serializers.ChoiceField(
-        choices=Selection.Status.choices, source="reported_status", read_only=True,
+        choices=Selection.Status.choices,
+        source="reported_status",
+        read_only=True,
         help_text="locked until spent or released; expired once its lease ran out; lost when "
-                  "its locks were removed or taken over while it ran.")
+        "its locks were removed or taken over while it ran.",
+    )
 
     class Meta:
         model = Selection
-        fields = ["tx_id", "wallet", "currency", "quantity", "total", "change", "tokens",
-                  "status", "fence", "created_at", "expires_at", "spent_at", "released_at"]
+        fields = [
+            "tx_id",
+            "wallet",
+            "currency",
+            "quantity",
+            "total",
+            "change",
+            "tokens",
+            "status",
+            "fence",
+            "created_at",
+            "expires_at",
+            "spent_at",
+            "released_at",
+        ]
         read_only_fields = fields
 
     def to_representation(self, selection: Selection) -> dict:
         return {
-            "tx_id": selection.tx_id, "wallet": selection.wallet,
-            "currency": selection.currency, "quantity": _amount(selection.quantity),
-            "total": _amount(selection.total), "change": self.get_change(selection),
-            "tokens": self.get_tokens(selection), "status": str(selection.reported_status),
+            "tx_id": selection.tx_id,
+            "wallet": selection.wallet,
+            "currency": selection.currency,
+            "quantity": _amount(selection.quantity),
+            "total": _amount(selection.total),
+            "change": self.get_change(selection),
+            "tokens": self.get_tokens(selection),
+            "status": str(selection.reported_status),
             "fence": None if selection.fence is None else int(selection.fence),
             "created_at": _datetime(selection.created_at),
             "expires_at": _datetime(selection.expires_at),
@@ -158,9 +186,13 @@ class OutputTokenSerializer(serializers.Serializer):
     quantity = AmountField()
 
     def to_representation(self, token: Token) -> dict:
-        return {"tx_id": str(token.tx_id), "index": int(token.index),
-                "wallet": str(token.wallet), "currency": str(token.currency),
-                "quantity": _amount(token.quantity)}
+        return {
+            "tx_id": str(token.tx_id),
+            "index": int(token.index),
+            "wallet": str(token.wallet),
+            "currency": str(token.currency),
+            "quantity": _amount(token.quantity),
+        }
 
 
 _OUTPUT_TOKEN = OutputTokenSerializer()
@@ -176,8 +208,7 @@ class SpendResultSerializer(SelectionSerializer):
         read_only_fields = fields
 
     def to_representation(self, selection: Selection) -> dict:
-        return {**super().to_representation(selection),
-                "outputs": self.get_outputs(selection)}
+        return {**super().to_representation(selection), "outputs": self.get_outputs(selection)}
 
     @extend_schema_field(OutputTokenSerializer(many=True))
     def get_outputs(self, selection: Selection) -> list:
@@ -193,8 +224,11 @@ class ExtendSerializer(serializers.Serializer):
     """How long to extend the lease by; the service caps it at the selection's maximum."""
 
     seconds = StrictIntegerField(
-        required=False, min_value=1, max_value=MAX_EXTEND_SECONDS,
-        help_text="Lease length from now, in seconds; default: the configured lease.")
+        required=False,
+        min_value=1,
+        max_value=MAX_EXTEND_SECONDS,
+        help_text="Lease length from now, in seconds; default: the configured lease.",
+    )
 
 
 class LockSerializer(serializers.ModelSerializer):
@@ -208,6 +242,15 @@ class LockSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = TokenLock
-        fields = ["token", "wallet", "currency", "quantity", "spender_tx_id", "fence",
-                  "created_at", "expires_at", "state"]
+        fields = [
+            "token",
+            "wallet",
+            "currency",
+            "quantity",
+            "spender_tx_id",
+            "fence",
+            "created_at",
+            "expires_at",
+            "state",
+        ]
         read_only_fields = fields

@@ -56,11 +56,15 @@ class Outcome:
 
 def _same_request(selection: Selection, wallet: str, currency: str, quantity: int) -> bool:
     return (selection.wallet, selection.currency, selection.quantity) == (
-        wallet, currency, Decimal(quantity))
+        wallet,
+        currency,
+        Decimal(quantity),
+    )
 
 
-def select_tokens(tx_id: str, wallet: str, currency: str, quantity: int, *,
-                  namespace: str = "", wait: float = 0.0) -> tuple[Selection, bool]:
+def select_tokens(
+    tx_id: str, wallet: str, currency: str, quantity: int, *, namespace: str = "", wait: float = 0.0
+) -> tuple[Selection, bool]:
     """Lock tokens worth at least ``quantity`` for ``tx_id``; return (selection, created).
 
     The statement that completes the selection also writes its row, so a new selection costs
@@ -77,8 +81,9 @@ def select_tokens(tx_id: str, wallet: str, currency: str, quantity: int, *,
     try:
         if wait > 0:
             try:
-                result = waiting.wait_for(key, wait, lambda: _select_once(
-                    tx_id, key, quantity, namespace))
+                result = waiting.wait_for(
+                    key, wait, lambda: _select_once(tx_id, key, quantity, namespace)
+                )
             except waiting.QueueFull:
                 # No room to wait here: answer as an impatient request would.
                 result = _select_once(tx_id, key, quantity, namespace)
@@ -100,28 +105,52 @@ def select_tokens(tx_id: str, wallet: str, currency: str, quantity: int, *,
     return selection, created
 
 
-def _select_once(tx_id: str, key: WalletKey, quantity: int,
-                 namespace: str) -> tuple[Selection, bool, object]:
+def _select_once(
+    tx_id: str, key: WalletKey, quantity: int, namespace: str
+) -> tuple[Selection, bool, object]:
     """One attempt: (selection, created, selector stats); raise like the selector does."""
     try:
-        picked = get_selector().select(tx_id, key.wallet, key.currency, quantity,
-                                       patient=False, record=True, namespace=namespace)
+        picked = get_selector().select(
+            tx_id,
+            key.wallet,
+            key.currency,
+            quantity,
+            patient=False,
+            record=True,
+            namespace=namespace,
+        )
     except ClaimRefused:
         return _repeat(namespace, tx_id, key.wallet, key.currency, quantity), False, None
     record = picked.record
     assert isinstance(record, RecordedSelection)
     wallet, currency = key.wallet, key.currency
     selection = Selection(
-        id=record.id, namespace=namespace, tx_id=tx_id, wallet=wallet, currency=currency,
-        quantity=Decimal(quantity), total=Decimal(picked.total), fence=picked.fence,
-        token_ids=[token_id for token_id, *_ in record.tokens], status=Selection.Status.LOCKED,
-        created_at=record.created_at, expires_at=picked.expires_at,
+        id=record.id,
+        namespace=namespace,
+        tx_id=tx_id,
+        wallet=wallet,
+        currency=currency,
+        quantity=Decimal(quantity),
+        total=Decimal(picked.total),
+        fence=picked.fence,
+        token_ids=[token_id for token_id, *_ in record.tokens],
+        status=Selection.Status.LOCKED,
+        created_at=record.created_at,
+        expires_at=picked.expires_at,
     )
     # The tokens as the statement returned them: the response needs no second query.
-    selection.held_tokens = [Token(id=i, tx_id=t, index=n, wallet=wallet, currency=currency,
-                                   quantity=Decimal(q)) for i, t, n, q in record.tokens]
-    logger.info("selected %s for %s: %d token(s), total %s, %d lock attempt(s)",
-                picked.key, tx_id, len(picked.tokens), picked.total, picked.stats.lock_attempts)
+    selection.held_tokens = [
+        Token(id=i, tx_id=t, index=n, wallet=wallet, currency=currency, quantity=Decimal(q))
+        for i, t, n, q in record.tokens
+    ]
+    logger.info(
+        "selected %s for %s: %d token(s), total %s, %d lock attempt(s)",
+        picked.key,
+        tx_id,
+        len(picked.tokens),
+        picked.total,
+        picked.stats.lock_attempts,
+    )
     return selection, True, picked.stats
 
 
@@ -139,8 +168,10 @@ def hold_times() -> HoldTimes:
 def _held(selection: Selection, until) -> None:
     """Learn how long ``selection`` was held (selection to spend or release)."""
     if selection.created_at is not None and until is not None:
-        hold_times().observe(WalletKey(selection.wallet, selection.currency),
-                             (until - selection.created_at).total_seconds())
+        hold_times().observe(
+            WalletKey(selection.wallet, selection.currency),
+            (until - selection.created_at).total_seconds(),
+        )
 
 
 def _repeat(namespace: str, tx_id: str, wallet: str, currency: str, quantity: int) -> Selection:
@@ -154,20 +185,34 @@ def _repeat(namespace: str, tx_id: str, wallet: str, currency: str, quantity: in
     return existing
 
 
-def _record_failure(namespace: str, tx_id: str, wallet: str, currency: str, quantity: int,
-                    exc: InsufficientFunds | FundsLocked) -> None:
-    outcome = (FailedSelection.Outcome.INSUFFICIENT_FUNDS if isinstance(exc, InsufficientFunds)
-               else FailedSelection.Outcome.FUNDS_LOCKED)
+def _record_failure(
+    namespace: str,
+    tx_id: str,
+    wallet: str,
+    currency: str,
+    quantity: int,
+    exc: InsufficientFunds | FundsLocked,
+) -> None:
+    outcome = (
+        FailedSelection.Outcome.INSUFFICIENT_FUNDS
+        if isinstance(exc, InsufficientFunds)
+        else FailedSelection.Outcome.FUNDS_LOCKED
+    )
     FailedSelection.objects.create(
-        namespace=namespace, tx_id=tx_id, wallet=wallet, currency=currency,
-        quantity=Decimal(quantity), outcome=outcome,
+        namespace=namespace,
+        tx_id=tx_id,
+        wallet=wallet,
+        currency=currency,
+        quantity=Decimal(quantity),
+        outcome=outcome,
         lock_conflicts=exc.stats.lock_conflicts if exc.stats else 0,
     )
     logger.info("selection %s in %s/%s failed: %s", tx_id, wallet, currency, outcome)
 
 
-def get_selection(tx_id: str, *, namespace: str | None = "",
-                  wallets: Sequence[str] | None = None) -> Selection:
+def get_selection(
+    tx_id: str, *, namespace: str | None = "", wallets: Sequence[str] | None = None
+) -> Selection:
     """Return the selection of ``tx_id`` with its tokens and lock state, in one statement.
 
     ``namespace`` None looks in every namespace (operators), the oldest match first. Raise
@@ -181,8 +226,13 @@ def get_selection(tx_id: str, *, namespace: str | None = "",
     return selection
 
 
-def spend_selection(tx_id: str, outputs: Sequence[TokenSpec], *, namespace: str = "",
-                    wallets: Sequence[str] | None = None) -> Outcome:
+def spend_selection(
+    tx_id: str,
+    outputs: Sequence[TokenSpec],
+    *,
+    namespace: str = "",
+    wallets: Sequence[str] | None = None,
+) -> Outcome:
     """Spend the selected tokens and create ``outputs``, all or nothing, in one statement.
 
     Repeating the same spend answers the same outputs with ``changed`` False. The outputs must
@@ -191,7 +241,8 @@ def spend_selection(tx_id: str, outputs: Sequence[TokenSpec], *, namespace: str 
     """
     params = _params(namespace, tx_id, wallets)
     params.update(
-        indexes=[o.index for o in outputs], output_wallets=[o.wallet for o in outputs],
+        indexes=[o.index for o in outputs],
+        output_wallets=[o.wallet for o in outputs],
         currencies=[o.currency for o in outputs],
         quantities=[Decimal(o.quantity) for o in outputs],
     )
@@ -201,22 +252,36 @@ def spend_selection(tx_id: str, outputs: Sequence[TokenSpec], *, namespace: str 
         raise OutputConflict(f"an output of transaction {tx_id} already exists") from None
     verdict, selection, tokens = _selection(row, namespace, tx_id)
     spent_at, _spent, stored = row["spent_at"], row["inputs_spent"], row["outputs"]
-    created = [Token(id=i, namespace=namespace, tx_id=tx_id, index=n, wallet=w, currency=c,
-                     quantity=Decimal(q)) for i, n, w, c, q in stored or ()]
+    created = [
+        Token(
+            id=i,
+            namespace=namespace,
+            tx_id=tx_id,
+            index=n,
+            wallet=w,
+            currency=c,
+            quantity=Decimal(q),
+        )
+        for i, n, w, c, q in stored or ()
+    ]
     if verdict == "spent":
         if _outputs_match(created, outputs):
-            return Outcome(_spent_selection(selection, spent_at, created), tokens, created,
-                           changed=False)
+            return Outcome(
+                _spent_selection(selection, spent_at, created), tokens, created, changed=False
+            )
         raise AlreadySpent(f"transaction {tx_id} was already spent with other outputs")
     if verdict == "released":
         raise NotLocked(f"selection {tx_id} was released; select again")
     if verdict == "not_conserved":
         raise ValueNotConserved(
             f"outputs must be in {selection.currency} and sum to the selected tokens' "
-            f"{selection.total}")
+            f"{selection.total}"
+        )
     if verdict == "lease_lost":
-        raise LeaseLost(f"selection {tx_id} no longer holds all its locks: its lease expired "
-                        "or its tokens were taken over; select again")
+        raise LeaseLost(
+            f"selection {tx_id} no longer holds all its locks: its lease expired "
+            "or its tokens were taken over; select again"
+        )
     _expect_ok(verdict)
     get_selector().forget(selection.token_ids)
     _held(selection, spent_at)
@@ -224,8 +289,9 @@ def spend_selection(tx_id: str, outputs: Sequence[TokenSpec], *, namespace: str 
     return Outcome(_spent_selection(selection, spent_at, created), tokens, created)
 
 
-def release_selection(tx_id: str, *, namespace: str = "",
-                      wallets: Sequence[str] | None = None) -> Outcome:
+def release_selection(
+    tx_id: str, *, namespace: str = "", wallets: Sequence[str] | None = None
+) -> Outcome:
     """Unlock the selection's tokens and record it released; idempotent."""
     row = _run(lifecycle.RELEASE_STATEMENTS[_durable()], _params(namespace, tx_id, wallets))
     verdict, selection, tokens = _selection(row, namespace, tx_id)
@@ -238,19 +304,28 @@ def release_selection(tx_id: str, *, namespace: str = "",
     if changed:
         _held(selection, selection.released_at)
     if row["freed"]:
-        get_selector().released(WalletKey(selection.wallet, selection.currency),
-                                [Candidate(t.id, int(t.quantity)) for t in tokens])
+        get_selector().released(
+            WalletKey(selection.wallet, selection.currency),
+            [Candidate(t.id, int(t.quantity)) for t in tokens],
+        )
     logger.info("released %s: %d lock(s)", tx_id, row["freed"])
     return Outcome(selection, tokens, changed=changed, locks_removed=row["freed"])
 
 
-def extend_selection(tx_id: str, seconds: float | None = None, *, namespace: str = "",
-                     wallets: Sequence[str] | None = None) -> Outcome:
+def extend_selection(
+    tx_id: str,
+    seconds: float | None = None,
+    *,
+    namespace: str = "",
+    wallets: Sequence[str] | None = None,
+) -> Outcome:
     """Renew the lease of every lock of the selection, capped at its maximum lifetime."""
     options = settings.SHERDLOCK
     params = _params(namespace, tx_id, wallets)
-    params.update(seconds=float(seconds if seconds is not None else options["LEASE_SECONDS"]),
-                  max_lease=float(options["MAX_LEASE_SECONDS"]))
+    params.update(
+        seconds=float(seconds if seconds is not None else options["LEASE_SECONDS"]),
+        max_lease=float(options["MAX_LEASE_SECONDS"]),
+    )
     row = _run(lifecycle.EXTEND_STATEMENTS[_durable()], params)
     verdict, selection, tokens = _selection(row, namespace, tx_id)
     if verdict == "spent":
@@ -258,16 +333,20 @@ def extend_selection(tx_id: str, seconds: float | None = None, *, namespace: str
     if verdict == "released":
         raise NotLocked(f"selection {tx_id} was released")
     if verdict == "lease_lost":
-        raise LeaseLost(f"selection {tx_id} lost {row['missing']} lock(s) before renewal; "
-                        "select again")
+        raise LeaseLost(
+            f"selection {tx_id} lost {row['missing']} lock(s) before renewal; select again"
+        )
     _expect_ok(verdict)
     selection.expires_at = row["expires_at"]
     return Outcome(selection, tokens)
 
 
 def _params(namespace: str, tx_id: str, wallets: Sequence[str] | None) -> dict[str, Any]:
-    return {"namespace": namespace, "tx_id": tx_id,
-            "wallets": None if wallets is None else list(wallets)}
+    return {
+        "namespace": namespace,
+        "tx_id": tx_id,
+        "wallets": None if wallets is None else list(wallets),
+    }
 
 
 def _durable() -> bool:
@@ -290,22 +369,44 @@ def _run(statement: str, params: dict[str, Any], may_fail: bool = False) -> dict
     return dict(zip(names, cursor.fetchone(), strict=True))
 
 
-def _selection(row: dict[str, Any], namespace: str,
-               tx_id: str) -> tuple[str, Selection, list[Token]]:
+def _selection(
+    row: dict[str, Any], namespace: str, tx_id: str
+) -> tuple[str, Selection, list[Token]]:
     """Build the selection and its tokens from a lifecycle statement's row."""
     verdict = row["verdict"]
     if verdict == "not_found":
         raise SelectionNotFound(f"no selection for transaction {tx_id}")
-    tokens = [Token(id=i, tx_id=t, index=n, wallet=row["wallet"], currency=row["currency"],
-                    quantity=Decimal(q)) for i, t, n, q in row["tokens"] or ()]
-    status = {"ok": Selection.Status.LOCKED, "spent": Selection.Status.SPENT,
-              "released": Selection.Status.RELEASED}.get(verdict, Selection.Status.LOCKED)
+    tokens = [
+        Token(
+            id=i,
+            tx_id=t,
+            index=n,
+            wallet=row["wallet"],
+            currency=row["currency"],
+            quantity=Decimal(q),
+        )
+        for i, t, n, q in row["tokens"] or ()
+    ]
+    status = {
+        "ok": Selection.Status.LOCKED,
+        "spent": Selection.Status.SPENT,
+        "released": Selection.Status.RELEASED,
+    }.get(verdict, Selection.Status.LOCKED)
     selection = Selection(
-        id=row["id"], namespace=namespace, tx_id=tx_id, wallet=row["wallet"],
-        currency=row["currency"], quantity=row["quantity"], total=row["total"],
-        fence=row["fence"], token_ids=[t.id for t in tokens], status=status,
-        created_at=row["created_at"], expires_at=row.get("expires_at"),
-        spent_at=row.get("spent_at"), released_at=row.get("released_at"),
+        id=row["id"],
+        namespace=namespace,
+        tx_id=tx_id,
+        wallet=row["wallet"],
+        currency=row["currency"],
+        quantity=row["quantity"],
+        total=row["total"],
+        fence=row["fence"],
+        token_ids=[t.id for t in tokens],
+        status=status,
+        created_at=row["created_at"],
+        expires_at=row.get("expires_at"),
+        spent_at=row.get("spent_at"),
+        released_at=row.get("released_at"),
     )
     selection.held_tokens = tokens
     return verdict, selection, tokens
@@ -324,7 +425,8 @@ def _expect_ok(verdict: str) -> None:
 
 def _outputs_match(stored: list[Token], outputs: Sequence[TokenSpec]) -> bool:
     return {(t.index, t.wallet, t.currency, t.quantity) for t in stored} == {
-        (o.index, o.wallet, o.currency, Decimal(o.quantity)) for o in outputs}
+        (o.index, o.wallet, o.currency, Decimal(o.quantity)) for o in outputs
+    }
 
 
 def selection_tokens(selection: Selection) -> list[Token]:

@@ -71,8 +71,22 @@ class PostgresTokenStore:
 
     def fetch_and_lock(self, claim: Claim, limit: int) -> FetchResult:
         row = self._lock(True, claim, {"limit": limit, "need": Decimal(claim.need)})
-        (fence, ids, quantities, expires_at, attempted, exhausted, free, unspent,
-         spare_ids, spare_quantities, is_open, recorded_id, recorded_at, tokens) = row
+        (
+            fence,
+            ids,
+            quantities,
+            expires_at,
+            attempted,
+            exhausted,
+            free,
+            unspent,
+            spare_ids,
+            spare_quantities,
+            is_open,
+            recorded_id,
+            recorded_at,
+            tokens,
+        ) = row
         self._check_open(claim, is_open)
         granted = _candidates(ids, quantities)
         shortfall = None
@@ -118,9 +132,14 @@ class PostgresTokenStore:
         return cursor.rowcount
 
     def supply(self, key: WalletKey, tx_id: str) -> Supply:
-        cursor = self._execute(locking.SUPPLY, {
-            "wallet": key.wallet, "currency": key.currency, "tx_id": tx_id,
-        })
+        cursor = self._execute(
+            locking.SUPPLY,
+            {
+                "wallet": key.wallet,
+                "currency": key.currency,
+                "tx_id": tx_id,
+            },
+        )
         unspent, locked = cursor.fetchone()
         return Supply(unspent=int(unspent), locked_by_others=int(locked))
 
@@ -128,18 +147,25 @@ class PostgresTokenStore:
 
     def _lock(self, fetch: bool, claim: Claim, params: dict[str, Any]) -> tuple:
         """Run the locking statement of this store's kind for ``claim``; return its row."""
-        params.update({
-            "tx_id": claim.tx_id, "fence": claim.fence, "lease": self.lease,
-            "wallet": claim.key.wallet, "currency": claim.key.currency,
-        })
+        params.update(
+            {
+                "tx_id": claim.tx_id,
+                "fence": claim.fence,
+                "lease": self.lease,
+                "wallet": claim.key.wallet,
+                "currency": claim.key.currency,
+            }
+        )
         if claim.record:
-            params.update({
-                "namespace": claim.namespace,
-                "quantity": Decimal(claim.quantity),
-                "held_ids": [c.token_id for c in claim.held],
-                "held_total": Decimal(claim.held_total),
-                "held_expiry": claim.held_expiry,
-            })
+            params.update(
+                {
+                    "namespace": claim.namespace,
+                    "quantity": Decimal(claim.quantity),
+                    "held_ids": [c.token_id for c in claim.held],
+                    "held_total": Decimal(claim.held_total),
+                    "held_expiry": claim.held_expiry,
+                }
+            )
         variant = locking.LockStatement(fetch=fetch, record=claim.record, durable=self._durable())
         return self._execute(locking.LOCK_STATEMENTS[variant], params).fetchone()
 
@@ -152,18 +178,29 @@ class PostgresTokenStore:
         if not is_open:
             raise TxIdTaken(f"transaction id {claim.tx_id} is already in use")
 
-    def _recorded(self, claim: Claim, fence: int, granted: list[Candidate],
-                  recorded_id: int | None, recorded_at: datetime | None,
-                  tokens: list | None) -> RecordedSelection | None:
+    def _recorded(
+        self,
+        claim: Claim,
+        fence: int,
+        granted: list[Candidate],
+        recorded_id: int | None,
+        recorded_at: datetime | None,
+        tokens: list | None,
+    ) -> RecordedSelection | None:
         if recorded_id is not None:
             return RecordedSelection(
-                id=recorded_id, created_at=recorded_at,
-                tokens=tuple((int(i), str(t), int(n), int(q)) for i, t, n, q in tokens))
+                id=recorded_id,
+                created_at=recorded_at,
+                tokens=tuple((int(i), str(t), int(n), int(q)) for i, t, n, q in tokens),
+            )
         if claim.record and claim.held_total + sum(c.quantity for c in granted) >= claim.quantity:
             # Complete, but a concurrent request of the same tx id recorded its selection
             # first: ours must go (the selector releases this call's locks too).
-            raise TxIdTaken(f"transaction id {claim.tx_id} was taken concurrently",
-                            locked_nothing=not granted, fence=fence)
+            raise TxIdTaken(
+                f"transaction id {claim.tx_id} was taken concurrently",
+                locked_nothing=not granted,
+                fence=fence,
+            )
         return None
 
     def _execute(self, statement: str, params: dict[str, Any]) -> psycopg.Cursor:

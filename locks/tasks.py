@@ -10,10 +10,17 @@ from locks.housekeeping import run_housekeeping
 
 # A tick still queued after one interval is dropped: the next tick does the same work, and a
 # backlog of ticks behind a busy worker would only run back to back for nothing.
-@shared_task(name="locks.housekeeping", ignore_result=True,
-             expires=settings.SHERDLOCK["HOUSEKEEPING_INTERVAL_SECONDS"])
+@shared_task(
+    name="locks.housekeeping",
+    ignore_result=True,
+    expires=settings.SHERDLOCK["HOUSEKEEPING_INTERVAL_SECONDS"],
+)
 def housekeeping() -> dict[str, object]:
     """Run one housekeeping pass."""
     run = run_housekeeping()
-    return {"expired": run.expired_removed, "spent": run.spent_removed,
-            "rate_buckets": run.buckets_removed, "skipped": run.skipped}
+    return {
+        "expired": run.expired_removed,
+        "spent": run.spent_removed,
+        "rate_buckets": run.buckets_removed,
+        "skipped": run.skipped,
+    }

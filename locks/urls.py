@@ -8,11 +8,14 @@ from locks import views
 urlpatterns = [
     path("selections/", views.SelectionListCreate.as_view(), name="selection-list"),
     path("selections/<str:tx_id>/", views.SelectionDetail.as_view(), name="selection-detail"),
-    path("selections/<str:tx_id>/spend/", views.SelectionSpend.as_view(),
-         name="selection-spend"),
-    path("selections/<str:tx_id>/release/", views.SelectionRelease.as_view(),
-         name="selection-release"),
-    path("selections/<str:tx_id>/extend/", views.SelectionExtend.as_view(),
-         name="selection-extend"),
+    path("selections/<str:tx_id>/spend/", views.SelectionSpend.as_view(), name="selection-spend"),
+    path(
+        "selections/<str:tx_id>/release/",
+        views.SelectionRelease.as_view(),
+        name="selection-release",
+    ),
+    path(
+        "selections/<str:tx_id>/extend/", views.SelectionExtend.as_view(), name="selection-extend"
+    ),
     path("locks/", views.LockList.as_view(), name="lock-list"),
 ]

@@ -42,9 +42,12 @@ from locks.services import (
     spend_selection,
 )
 
-TX_ID = OpenApiParameter("tx_id", identifier_schema(ID_MAX_LENGTH, path=True),
-                         OpenApiParameter.PATH,
-                         description="The spending transaction that owns the selection.")
+TX_ID = OpenApiParameter(
+    "tx_id",
+    identifier_schema(ID_MAX_LENGTH, path=True),
+    OpenApiParameter.PATH,
+    description="The spending transaction that owns the selection.",
+)
 # A selection's answer shows its tokens too.
 SELECTION_READ = ("locks.view_selection", "tokens.view_token")
 
@@ -58,8 +61,10 @@ def lookup(request, tx_id: str) -> dict[str, object]:
     if not is_identifier(tx_id, path=True):
         raise SelectionNotFound(f"no selection for transaction {tx_id}")
     scope = wallet_scope(request)
-    return {"namespace": request_namespace(request),
-            "wallets": None if scope is None else sorted(scope)}
+    return {
+        "namespace": request_namespace(request),
+        "wallets": None if scope is None else sorted(scope),
+    }
 
 
 def visible_selection(request, tx_id: str) -> Selection:
@@ -96,7 +101,8 @@ class SelectionListCreate(generics.ListAPIView):
         return self.page
 
     @extend_schema(
-        summary="List selections", tags=["selections"],
+        summary="List selections",
+        tags=["selections"],
         description="Without a wallet filter, only the wallets of the API key are listed.",
         responses={200: SelectionSerializer(many=True), **error_responses(400, 401, 403, 404)},
     )
@@ -109,11 +115,24 @@ class SelectionListCreate(generics.ListAPIView):
             "Lock tokens worth at least `quantity` for `tx_id`. 201 with the selection; an "
             "identical repeat answers 200 with the same body. 409 codes: tx_id_conflict (same "
             "tx_id, other terms), insufficient_funds (with `available`), funds_locked (other "
-            "transactions hold the funds; see Retry-After). 429 rate_limited per key or wallet."),
-        request=SelectRequestSerializer, tags=["selections"],
-        responses={201: SelectionSerializer, 200: SelectionSerializer,
-                   **error_responses(400, 401, 403, 409, 413, 415, 429, conflicts=(
-                       "tx_id_conflict, insufficient_funds, funds_locked"))},
+            "transactions hold the funds; see Retry-After). 429 rate_limited per key or wallet."
+        ),
+        request=SelectRequestSerializer,
+        tags=["selections"],
+        responses={
+            201: SelectionSerializer,
+            200: SelectionSerializer,
+            **error_responses(
+                400,
+                401,
+                403,
+                409,
+                413,
+                415,
+                429,
+                conflicts=("tx_id_conflict, insufficient_funds, funds_locked"),
+            ),
+        },
     )
     def post(self, request):
         serializer = SelectRequestSerializer(data=request.data)
@@ -124,8 +143,9 @@ class SelectionListCreate(generics.ListAPIView):
         wait = data.pop("wait", None)
         if wait is None and (wait := preferred_wait(request)) is not None:
             headers["Preference-Applied"] = f"wait={wait}"
-        selection, created = select_tokens(**data, namespace=request_namespace(request),
-                                           wait=float(wait or 0))
+        selection, created = select_tokens(
+            **data, namespace=request_namespace(request), wait=float(wait or 0)
+        )
         body = SelectionSerializer(selection).data
         if not created:
             return Response(body, headers=headers)
@@ -152,8 +172,12 @@ class SelectionDetail(APIView):
 
     read_permissions = SELECTION_READ
 
-    @extend_schema(summary="Get a selection", parameters=[TX_ID], tags=["selections"],
-                   responses={200: SelectionSerializer, **error_responses(401, 403, 404)})
+    @extend_schema(
+        summary="Get a selection",
+        parameters=[TX_ID],
+        tags=["selections"],
+        responses={200: SelectionSerializer, **error_responses(401, 403, 404)},
+    )
     def get(self, request, tx_id: str):
         return Response(SelectionSerializer(visible_selection(request, tx_id)).data)
 
@@ -170,11 +194,25 @@ class SelectionSpend(APIView):
             "`tx_id:index`. Outputs must sum exactly to the selection's total in its currency "
             "(422 value_not_conserved); they may pay any wallet. Repeating the same spend "
             "answers 200 without a second effect. 409 codes: lease_lost, not_locked (released),"
-            " already_spent (spent with other outputs), output_conflict."),
-        parameters=[TX_ID], request=SpendSerializer, tags=["selections"],
-        responses={200: SpendResultSerializer,
-                   **error_responses(400, 401, 403, 404, 409, 413, 415, 422, conflicts=(
-                       "lease_lost, not_locked, already_spent, output_conflict"))},
+            " already_spent (spent with other outputs), output_conflict."
+        ),
+        parameters=[TX_ID],
+        request=SpendSerializer,
+        tags=["selections"],
+        responses={
+            200: SpendResultSerializer,
+            **error_responses(
+                400,
+                401,
+                403,
+                404,
+                409,
+                413,
+                415,
+                422,
+                conflicts=("lease_lost, not_locked, already_spent, output_conflict"),
+            ),
+        },
     )
     def post(self, request, tx_id: str):
         where = lookup(request, tx_id)
@@ -192,9 +230,13 @@ class SelectionRelease(APIView):
     @extend_schema(
         summary="Release a selection",
         description="Idempotent. 409 already_spent once the selection was spent.",
-        parameters=[TX_ID], request=None, tags=["selections"],
-        responses={200: SelectionSerializer,
-                   **error_responses(401, 403, 404, 409, conflicts="already_spent")},
+        parameters=[TX_ID],
+        request=None,
+        tags=["selections"],
+        responses={
+            200: SelectionSerializer,
+            **error_responses(401, 403, 404, 409, conflicts="already_spent"),
+        },
     )
     def post(self, request, tx_id: str):
         outcome = release_selection(tx_id, **lookup(request, tx_id))
@@ -210,10 +252,17 @@ class SelectionExtend(APIView):
         summary="Extend a selection's lease",
         description=(
             "Renew every lock for `seconds` (default: the configured lease), capped at the "
-            "selection's maximum lifetime. 409 codes: lease_lost, not_locked, already_spent."),
-        parameters=[TX_ID], request=ExtendSerializer, tags=["selections"],
-        responses={200: SelectionSerializer, **error_responses(
-            400, 401, 403, 404, 409, 413, 415, conflicts="lease_lost, not_locked, already_spent")},
+            "selection's maximum lifetime. 409 codes: lease_lost, not_locked, already_spent."
+        ),
+        parameters=[TX_ID],
+        request=ExtendSerializer,
+        tags=["selections"],
+        responses={
+            200: SelectionSerializer,
+            **error_responses(
+                400, 401, 403, 404, 409, 413, 415, conflicts="lease_lost, not_locked, already_spent"
+            ),
+        },
     )
     def post(self, request, tx_id: str):
         where = lookup(request, tx_id)
@@ -237,11 +286,13 @@ class LockList(generics.ListAPIView):
 
     def get_queryset(self):
         locks = TokenLock.objects.select_related("token").annotate(
-            state=Case(When(expires_at__gt=Now(), then=Value("live")), default=Value("expired")))
+            state=Case(When(expires_at__gt=Now(), then=Value("live")), default=Value("expired"))
+        )
         return scope_queryset(self.request, locks, field="token__wallet")
 
     @extend_schema(
-        summary="List locks", tags=["locks"],
+        summary="List locks",
+        tags=["locks"],
         description="Without a wallet filter, only the wallets of the API key are listed.",
         responses={200: LockSerializer(many=True), **error_responses(400, 401, 403, 404)},
     )

@@ -78,8 +78,9 @@ class Queues:
             if self._thread is None or self._pid != os.getpid():
                 self._pid = os.getpid()
                 self._ready.clear()
-                self._thread = threading.Thread(target=self._run, name="sherdlock-waiting",
-                                                daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, name="sherdlock-waiting", daemon=True
+                )
                 self._thread.start()
         return self._ready.wait(timeout)
 
@@ -90,8 +91,10 @@ class Queues:
 
     def join(self, key: WalletKey, seconds: float) -> Ticket:
         """Take a place at the end of the queue of ``key`` for at most ``seconds``."""
-        row = db.execute(queries.JOIN, {"wallet": key.wallet, "currency": key.currency,
-                                        "seconds": float(seconds)}).fetchone()
+        row = db.execute(
+            queries.JOIN,
+            {"wallet": key.wallet, "currency": key.currency, "seconds": float(seconds)},
+        ).fetchone()
         ticket = Ticket(int(row[0]), key)
         with self._lock:
             self._local[ticket.id] = ticket
@@ -127,8 +130,11 @@ class Queues:
         """Stop listening and close the connection (within about ``POLL`` seconds)."""
         self._stop.set()
         thread = self._thread
-        if thread is not None and thread is not threading.current_thread() and (
-                self._pid == os.getpid()):
+        if (
+            thread is not None
+            and thread is not threading.current_thread()
+            and (self._pid == os.getpid())
+        ):
             thread.join(timeout)
 
     # -- the listener -----------------------------------------------------------------
@@ -160,8 +166,7 @@ class Queues:
         while not self._stop.is_set():
             try:
                 with contextlib.closing(connect()) as conn:
-                    conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(
-                        queries.CHANNEL)))
+                    conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(queries.CHANNEL)))
                     self._resync(conn)
                     self._ready.set()
                     while not self._stop.is_set():

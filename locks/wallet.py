@@ -95,7 +95,7 @@ class WalletOverview:
 
 def listed(queryset) -> Listed:
     """Evaluate the first LIST_SIZE rows of ``queryset`` (reading one more to tell if more)."""
-    rows = list(queryset[:LIST_SIZE + 1])
+    rows = list(queryset[: LIST_SIZE + 1])
     return Listed(rows[:LIST_SIZE], more=len(rows) > LIST_SIZE)
 
 
@@ -129,8 +129,13 @@ def balances(wallet: str) -> list[Balance]:
 
 def held_locks():
     """Annotate selections with the lock rows they still hold (same tx id and fence)."""
-    held = (TokenLock.objects.filter(spender_tx_id=OuterRef("tx_id"), fence=OuterRef("fence"))
-            .order_by().values("spender_tx_id").annotate(n=Count("pk")).values("n"))
+    held = (
+        TokenLock.objects.filter(spender_tx_id=OuterRef("tx_id"), fence=OuterRef("fence"))
+        .order_by()
+        .values("spender_tx_id")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
     return Subquery(held)
 
 
@@ -144,9 +149,15 @@ def live_selections(wallet: str) -> Listed:
     options = settings.SHERDLOCK
     window = timedelta(seconds=max(options["LEASE_SECONDS"], options["MAX_LEASE_SECONDS"]))
     return listed(
-        Selection.objects.filter(wallet=wallet, status=Selection.Status.LOCKED,
-                                 expires_at__gt=Now(), created_at__gt=Now() - window)
-        .annotate(held=held_locks()).order_by("expires_at", "pk"))
+        Selection.objects.filter(
+            wallet=wallet,
+            status=Selection.Status.LOCKED,
+            expires_at__gt=Now(),
+            created_at__gt=Now() - window,
+        )
+        .annotate(held=held_locks())
+        .order_by("expires_at", "pk")
+    )
 
 
 def wallet_locks(wallet: str) -> Listed:
@@ -157,8 +168,11 @@ def wallet_locks(wallet: str) -> Listed:
     list is full; for a wallet with few locks the planner goes from the wallet's tokens
     (the (wallet, id) index) to their lock rows instead.
     """
-    return listed(TokenLock.objects.filter(token__wallet=wallet).select_related("token")
-                  .order_by("-expires_at", "-token_id"))
+    return listed(
+        TokenLock.objects.filter(token__wallet=wallet)
+        .select_related("token")
+        .order_by("-expires_at", "-token_id")
+    )
 
 
 def wallet_keys(wallet: str) -> tuple[Listed, BucketState | None]:
@@ -166,8 +180,11 @@ def wallet_keys(wallet: str) -> tuple[Listed, BucketState | None]:
 
     Both limits' buckets are read in one query.
     """
-    keys = listed(ApiKey.objects.filter(Q(all_wallets=True) | Q(wallets__contains=[wallet]))
-                  .order_by("revoked", "-created"))
+    keys = listed(
+        ApiKey.objects.filter(Q(all_wallets=True) | Q(wallets__contains=[wallet])).order_by(
+            "revoked", "-created"
+        )
+    )
     wallet_bucket = f"selections_per_wallet:{wallet}"
     states = bucket_states([wallet_bucket, *(f"selections_per_key:{k.prefix}" for k in keys)])
     rows = [KeyState(key, states.get(f"selections_per_key:{key.prefix}")) for key in keys]
@@ -181,18 +198,24 @@ def notes(overview: WalletOverview) -> list[str]:
         said.append("The wallet holds no unspent tokens.")
     for balance in overview.balances:
         if balance.locked:
-            said.append(f"{balance.currency}: {balance.locked:,} of {balance.unspent:,} is "
-                        f"held by live locks; {balance.available:,} can be selected.")
+            said.append(
+                f"{balance.currency}: {balance.locked:,} of {balance.unspent:,} is "
+                f"held by live locks; {balance.available:,} can be selected."
+            )
     latest = overview.failures.rows[0] if overview.failures.rows else None
     if latest is not None:
         have = {b.currency: b.available for b in overview.balances}.get(latest.currency, 0)
-        said.append(f"Last failed selection {timezone.localtime(latest.created_at):%H:%M:%S}: "
-                    f"{latest.get_outcome_display()} for {latest.quantity:,} {latest.currency} "
-                    f"({have:,} available now).")
+        said.append(
+            f"Last failed selection {timezone.localtime(latest.created_at):%H:%M:%S}: "
+            f"{latest.get_outcome_display()} for {latest.quantity:,} {latest.currency} "
+            f"({have:,} available now)."
+        )
     bucket = overview.bucket
     if bucket is not None and not bucket.allowed_now:
-        said.append(f"The per-wallet rate limit is spent: a selection is allowed again in "
-                    f"{(1 - bucket.remaining) * bucket.rate.period / bucket.rate.count:.0f} s.")
+        said.append(
+            f"The per-wallet rate limit is spent: a selection is allowed again in "
+            f"{(1 - bucket.remaining) * bucket.rate.period / bucket.rate.count:.0f} s."
+        )
     if not overview.keys.more and not any(state.usable for state in overview.keys):
         said.append("No active API key with the select right may use this wallet.")
     return said
@@ -208,11 +231,17 @@ def wallet_overview(wallet: str) -> WalletOverview:
         balances=balances(wallet),
         live=with_states(live_selections(wallet), now),
         locks=with_lock_states(wallet_locks(wallet), now),
-        selections=with_states(listed(Selection.objects.filter(wallet=wallet)
-                                      .annotate(held=held_locks())
-                                      .order_by("-created_at", "-pk")), now),
-        failures=listed(FailedSelection.objects.filter(wallet=wallet)
-                        .order_by("-created_at", "-pk")),
+        selections=with_states(
+            listed(
+                Selection.objects.filter(wallet=wallet)
+                .annotate(held=held_locks())
+                .order_by("-created_at", "-pk")
+            ),
+            now,
+        ),
+        failures=listed(
+            FailedSelection.objects.filter(wallet=wallet).order_by("-created_at", "-pk")
+        ),
         bucket=bucket,
         keys=keys,
     )

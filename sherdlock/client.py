@@ -34,9 +34,15 @@ DEFAULT_RETRY_AFTER = 1.0
 class ClientError(SherdlockError):
     """The Sherdlock API refused the request or could not be reached."""
 
-    def __init__(self, status: int | None, code: str, detail: str,
-                 fields: Mapping[str, Any] | None = None, retry_after: float | None = None,
-                 body: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        status: int | None,
+        code: str,
+        detail: str,
+        fields: Mapping[str, Any] | None = None,
+        retry_after: float | None = None,
+        body: Mapping[str, Any] | None = None,
+    ):
         super().__init__(f"{status or 'no answer'} {code}: {detail}")
         self.status = status  # None when no HTTP answer arrived
         self.code = code
@@ -104,8 +110,14 @@ class SherdlockClient:
     ``timeout`` bounds every request in seconds. One client may be shared by threads.
     """
 
-    def __init__(self, base_url: str, api_key: str, *, timeout: float = 10.0,
-                 opener: urllib.request.OpenerDirector | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 10.0,
+        opener: urllib.request.OpenerDirector | None = None,
+    ) -> None:
         root = base_url.rstrip("/")
         if root.endswith(API_PREFIX.rstrip("/")):
             root = root[: -len(API_PREFIX.rstrip("/"))]
@@ -126,9 +138,16 @@ class SherdlockClient:
 
     # -- the API ---------------------------------------------------------------------------
 
-    def select(self, tx_id: str, wallet: str, currency: str,
-               quantity: int | str | Decimal, *, wait: int = 0,
-               retry_for: float = 0.0) -> dict[str, Any]:
+    def select(
+        self,
+        tx_id: str,
+        wallet: str,
+        currency: str,
+        quantity: int | str | Decimal,
+        *,
+        wait: int = 0,
+        retry_for: float = 0.0,
+    ) -> dict[str, Any]:
         """Lock tokens worth at least ``quantity``; return tx_id, tokens, total, expires_at, fence.
 
         Raise InsufficientFunds or FundsLocked (with the server's ``retry_after``) when the
@@ -138,8 +157,12 @@ class SherdlockClient:
         many seconds, each after the server's hint with random jitter (so that refused clients
         do not all come back at once). Repeating the same request returns the same selection.
         """
-        body: dict[str, Any] = {"tx_id": tx_id, "wallet": wallet, "currency": currency,
-                                "quantity": _quantity(quantity)}
+        body: dict[str, Any] = {
+            "tx_id": tx_id,
+            "wallet": wallet,
+            "currency": currency,
+            "quantity": _quantity(quantity),
+        }
         if wait:
             body["wait"] = int(wait)
         deadline = self._clock() + retry_for
@@ -147,8 +170,9 @@ class SherdlockClient:
             try:
                 return self._post("selections/", body)
             except ClientError as exc:
-                error = self._selector_error(exc, WalletKey(wallet, currency),
-                                             int(body["quantity"]))
+                error = self._selector_error(
+                    exc, WalletKey(wallet, currency), int(body["quantity"])
+                )
                 if not isinstance(error, FundsLocked):
                     raise error from None
                 pause = error.retry_after * self._rng.uniform(0.5, 1.5)
@@ -182,9 +206,14 @@ class SherdlockClient:
         body = {} if seconds is None else {"seconds": int(seconds)}
         return self._post(f"selections/{self._tx(tx_id)}/extend/", body)
 
-    def keep_alive(self, tx_id: str, interval: float, *,
-                   on_lost: Callable[[], None] | None = None,
-                   max_failures: int = 3) -> LeaseKeeper:
+    def keep_alive(
+        self,
+        tx_id: str,
+        interval: float,
+        *,
+        on_lost: Callable[[], None] | None = None,
+        max_failures: int = 3,
+    ) -> LeaseKeeper:
         """Return a LeaseKeeper that extends the lease of ``tx_id`` every ``interval`` seconds.
 
         Start it (``.start()`` or ``with``). It stops quietly when this client spends or
@@ -193,13 +222,19 @@ class SherdlockClient:
         in a row, it stops and calls ``on_lost``. Pick ``interval`` well below the lease so
         that those failures still fit in it.
         """
+
         def lost() -> None:
             self._forget(tx_id, keeper)
             if on_lost is not None:
                 on_lost()
 
-        keeper = LeaseKeeper(lambda: self._renew(tx_id), interval, lost,
-                             max_failures=max_failures, name=f"sherdlock-lease-{tx_id}")
+        keeper = LeaseKeeper(
+            lambda: self._renew(tx_id),
+            interval,
+            lost,
+            max_failures=max_failures,
+            name=f"sherdlock-lease-{tx_id}",
+        )
         with self._keepers_lock:
             self._keepers.setdefault(tx_id, []).append(keeper)
         return keeper
@@ -254,10 +289,15 @@ class SherdlockClient:
 
     def _post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         request = urllib.request.Request(
-            self.api_root + path, data=json.dumps(body).encode(), method="POST",
-            headers={"Authorization": f"Api-Key {self._api_key}",
-                     "Content-Type": "application/json", "Accept": "application/json",
-                     "User-Agent": "sherdlock-client"},
+            self.api_root + path,
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={
+                "Authorization": f"Api-Key {self._api_key}",
+                "Content-Type": "application/json",
+                "Accept": "application/json",
+                "User-Agent": "sherdlock-client",
+            },
         )
         try:
             with self._opener.open(request, timeout=self.timeout) as response:
@@ -274,9 +314,11 @@ class SherdlockClient:
         try:
             return json.loads(raw) if raw else {}
         except ValueError:
-            raise ClientError(response.status, "bad_response",
-                              "the answer is not JSON: " + raw[:200].decode(errors="replace"),
-                              ) from None
+            raise ClientError(
+                response.status,
+                "bad_response",
+                "the answer is not JSON: " + raw[:200].decode(errors="replace"),
+            ) from None
 
     @staticmethod
     def _error(status: int, retry_header: str | None, raw: bytes) -> ClientError:
@@ -289,7 +331,10 @@ class SherdlockClient:
             return ClientError(status, "http_error", text or f"HTTP {status}")
         fields = body.get("fields") if isinstance(body.get("fields"), dict) else {}
         return ClientError(
-            status, str(body.get("code") or "http_error"),
-            str(body.get("detail") or f"HTTP {status}"), fields,
-            _retry_after(retry_header, body), body,
+            status,
+            str(body.get("code") or "http_error"),
+            str(body.get("detail") or f"HTTP {status}"),
+            fields,
+            _retry_after(retry_header, body),
+            body,
         )

@@ -182,14 +182,19 @@ class InMemoryStore:
             self._rng.shuffle(free)
             rows = [Candidate(t, self._tokens[t].quantity) for t in free[:limit]]
             seen = sum(c.quantity for c in rows)
-            reach = seen if seen >= need or len(rows) < limit else sum(
-                self._tokens[t].quantity for t in free)
+            reach = (
+                seen
+                if seen >= need or len(rows) < limit
+                else sum(self._tokens[t].quantity for t in free)
+            )
             if reach < need:
                 # Every free token together cannot make up the need: lock nothing.
                 unspent = sum(self._tokens[t].quantity for t in self._unspent.get(key, ()))
                 others = unspent - reach - claim.held_total
                 result = FetchResult(
-                    spare=rows, exhausted=len(rows) < limit, fence=fence,
+                    spare=rows,
+                    exhausted=len(rows) < limit,
+                    fence=fence,
                     shortfall=Supply(unspent=unspent, locked_by_others=max(0, others)),
                 )
                 self._raise_after(fault)

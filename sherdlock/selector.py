@@ -103,8 +103,7 @@ class Selector:
                 # Cached candidates are the ones just fought over; start from the store.
                 self._cache.invalidate(key)
             stats.rounds += 1
-            rnd = Round(tx_id, key, quantity, fence, stats, recording=record,
-                         namespace=namespace)
+            rnd = Round(tx_id, key, quantity, fence, stats, recording=record, namespace=namespace)
             try:
                 return self._run_round(rnd, patient)
             except FundsLocked:
@@ -237,9 +236,7 @@ class Selector:
                 # The free tokens cannot make up what is missing, so nothing was locked (and
                 # what was seen is not worth locking now).
                 if shortfall.unspent < rnd.quantity:
-                    raise InsufficientFunds(
-                        rnd.key, rnd.quantity, shortfall.available, stats=stats
-                    )
+                    raise InsufficientFunds(rnd.key, rnd.quantity, shortfall.available, stats=stats)
                 if not patient:
                     self._raise_short(rnd, shortfall)
                 continue  # others hold enough: wait for them to spend or release

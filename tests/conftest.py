@@ -86,8 +86,12 @@ def pooled_env(subprocess_env, db_url, pgbouncer) -> dict[str, str]:
     (transaction pooling), DATABASE_DIRECT_URL the test database itself."""
     from django.db import connection
 
-    return {**subprocess_env, "DATABASE_URL": pgbouncer.url(connection.settings_dict["NAME"]),
-            "DATABASE_POOLING": "transaction", "DATABASE_DIRECT_URL": db_url}
+    return {
+        **subprocess_env,
+        "DATABASE_URL": pgbouncer.url(connection.settings_dict["NAME"]),
+        "DATABASE_POOLING": "transaction",
+        "DATABASE_DIRECT_URL": db_url,
+    }
 
 
 @pytest.fixture

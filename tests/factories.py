@@ -11,15 +11,25 @@ from django.utils import timezone
 _counter = itertools.count()
 
 
-def make_token(wallet: str = "alice", currency: str = "USD", quantity: int | Decimal = 10,
-               tx_id: str | None = None, index: int = 0, **extra):
+def make_token(
+    wallet: str = "alice",
+    currency: str = "USD",
+    quantity: int | Decimal = 10,
+    tx_id: str | None = None,
+    index: int = 0,
+    **extra,
+):
     """Create and return a token (unspent unless ``extra`` says otherwise), as issued."""
     from tokens import supply
     from tokens.models import Token
 
     token = Token.objects.create(
-        tx_id=tx_id or f"issue-{next(_counter)}", index=index, wallet=wallet, currency=currency,
-        quantity=Decimal(quantity), **extra,
+        tx_id=tx_id or f"issue-{next(_counter)}",
+        index=index,
+        wallet=wallet,
+        currency=currency,
+        quantity=Decimal(quantity),
+        **extra,
     )
     supply.add(supply.unspent_by_currency([token]))
     return token
@@ -45,7 +55,12 @@ def make_lock(token, spender_tx_id: str = "spender", fence: int = 1, ttl: float 
 
     now = timezone.now()
     created = now if ttl >= 0 else now + timedelta(seconds=ttl) - timedelta(seconds=1)
-    lock = TokenLock.of(token, spender_tx_id=spender_tx_id, fence=fence, created_at=created,
-                        expires_at=now + timedelta(seconds=ttl))
+    lock = TokenLock.of(
+        token,
+        spender_tx_id=spender_tx_id,
+        fence=fence,
+        created_at=created,
+        expires_at=now + timedelta(seconds=ttl),
+    )
     lock.save(force_insert=True)
     return lock

@@ -29,8 +29,9 @@ def wallet_q(wallet: str, prefix: str = "") -> Q:
     reached through the partial ``spent_by`` index. The two halves cover every token because
     ``spent_by`` and ``spent_at`` are set together.
     """
-    return (Q(**{f"{prefix}wallet": wallet, f"{prefix}spent_at__isnull": True})
-            | Q(**{f"{prefix}wallet": wallet, f"{prefix}spent_by__isnull": False}))
+    return Q(**{f"{prefix}wallet": wallet, f"{prefix}spent_at__isnull": True}) | Q(
+        **{f"{prefix}wallet": wallet, f"{prefix}spent_by__isnull": False}
+    )
 
 
 @functools.lru_cache(maxsize=8)
@@ -80,8 +81,12 @@ def known_currencies() -> list[str]:
     """
     currencies = cache.get(CURRENCIES_CACHE_KEY)
     if currencies is None:
-        currencies = list(Token.objects.unspent().order_by("currency")
-                          .values_list("currency", flat=True).distinct())
+        currencies = list(
+            Token.objects.unspent()
+            .order_by("currency")
+            .values_list("currency", flat=True)
+            .distinct()
+        )
         cache.set(CURRENCIES_CACHE_KEY, currencies, CURRENCIES_CACHE_SECONDS)
     return currencies
 

@@ -53,8 +53,9 @@ class Token(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["namespace", "tx_id", "index"],
-                                    name="token_identity_unique"),
+            models.UniqueConstraint(
+                fields=["namespace", "tx_id", "index"], name="token_identity_unique"
+            ),
             models.CheckConstraint(
                 condition=Q(quantity__gte=0) & Q(quantity__lte=MAX_QUANTITY),
                 name="token_quantity_range",
@@ -81,8 +82,9 @@ class Token(models.Model):
             # Serves a wallet's token listing (API cursor pages and admin search) in id order,
             # spent tokens included, which the partial index above leaves out.
             models.Index(fields=["wallet", "id"], name="token_by_wallet"),
-            models.Index(fields=["spent_by"], name="token_spent_by",
-                         condition=Q(spent_by__isnull=False)),
+            models.Index(
+                fields=["spent_by"], name="token_spent_by", condition=Q(spent_by__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:

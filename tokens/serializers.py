@@ -37,7 +37,7 @@ class QuantityField(serializers.Field):
     """An integer quantity 1..2**64-1 written as a string of ASCII digits, no leading zero."""
 
     default_error_messages = {
-        "invalid": "Must be a string of digits, e.g. \"100\" (no sign, fraction or exponent).",
+        "invalid": 'Must be a string of digits, e.g. "100" (no sign, fraction or exponent).',
         "leading_zero": "Must not start with 0.",
         "min_value": "Must be at least 1.",
         "max_value": f"Must be at most {MAX_QUANTITY}.",
@@ -45,10 +45,18 @@ class QuantityField(serializers.Field):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        set_override(self, "field", {
-            "type": "string", "pattern": QUANTITY_PATTERN, "minLength": 1,
-            "maxLength": MAX_QUANTITY_DIGITS, "example": "100",
-            "description": f"An integer 1..{MAX_QUANTITY} as a string of digits, no leading 0."})
+        set_override(
+            self,
+            "field",
+            {
+                "type": "string",
+                "pattern": QUANTITY_PATTERN,
+                "minLength": 1,
+                "maxLength": MAX_QUANTITY_DIGITS,
+                "example": "100",
+                "description": f"An integer 1..{MAX_QUANTITY} as a string of digits, no leading 0.",
+            },
+        )
 
     def to_internal_value(self, data: object) -> int:
         # The schema's pattern decides; the checks below only choose the message.
@@ -66,8 +74,14 @@ class QuantityField(serializers.Field):
         return str(int(value))
 
 
-@extend_schema_field({"type": "string", "pattern": AMOUNT_PATTERN, "example": "100",
-                      "description": "An integer as a string of digits."})
+@extend_schema_field(
+    {
+        "type": "string",
+        "pattern": AMOUNT_PATTERN,
+        "example": "100",
+        "description": "An integer as a string of digits.",
+    }
+)
 class AmountField(serializers.Field):
     """A stored quantity or a sum of them, written as a string of digits (responses only)."""
 
@@ -130,8 +144,13 @@ def item_list(child: serializers.Serializer, **kwargs) -> serializers.ListSerial
     schema (minItems, maxItems).
     """
     return serializers.ListSerializer(
-        child=child, allow_empty=False, min_length=1, max_length=MAX_TOKENS_PER_REQUEST,
-        validators=[MinLengthValidator(1), MaxLengthValidator(MAX_TOKENS_PER_REQUEST)], **kwargs)
+        child=child,
+        allow_empty=False,
+        min_length=1,
+        max_length=MAX_TOKENS_PER_REQUEST,
+        validators=[MinLengthValidator(1), MaxLengthValidator(MAX_TOKENS_PER_REQUEST)],
+        **kwargs,
+    )
 
 
 def index_field() -> StrictIntegerField:
@@ -149,7 +168,8 @@ def reject_duplicate_indexes(items: list[dict], key: tuple[str, ...], label: str
         identity = tuple(item[k] for k in key)
         if identity in seen:
             raise serializers.ValidationError(
-                f"Item {position} repeats {label} {':'.join(map(str, identity))}.")
+                f"Item {position} repeats {label} {':'.join(map(str, identity))}."
+            )
         seen.add(identity)
 
 
@@ -184,8 +204,17 @@ class TokenSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Token
-        fields = ["tx_id", "index", "wallet", "currency", "quantity", "created_at", "spent",
-                  "spent_by", "spent_at"]
+        fields = [
+            "tx_id",
+            "index",
+            "wallet",
+            "currency",
+            "quantity",
+            "created_at",
+            "spent",
+            "spent_by",
+            "spent_at",
+        ]
         read_only_fields = fields
 
 

@@ -19,8 +19,10 @@ class TxIdInUse(SherdlockError):
     """The transaction id names a selection: its spend's outputs will be its tokens."""
 
     def __init__(self, tx_ids: Sequence[str]) -> None:
-        super().__init__(f"transaction id(s) {', '.join(sorted(tx_ids))} name selection(s); "
-                         "a spend creates those tokens")
+        super().__init__(
+            f"transaction id(s) {', '.join(sorted(tx_ids))} name selection(s); "
+            "a spend creates those tokens"
+        )
         self.tx_ids = list(tx_ids)
 
 
@@ -44,7 +46,10 @@ class TokenSpec:
 
     def matches(self, token: Token) -> bool:
         return (token.wallet, token.currency, token.quantity) == (
-            self.wallet, self.currency, Decimal(self.quantity))
+            self.wallet,
+            self.currency,
+            Decimal(self.quantity),
+        )
 
 
 # Insert the new tokens (identical re-sends are skipped) and add what was really inserted to
@@ -85,17 +90,24 @@ def issue_tokens(specs: Sequence[TokenSpec], namespace: str = "") -> tuple[list[
         cursor.execute(SELECTION_TX_IDS, [namespace, sorted({s.tx_id for s in specs})])
         if taken := [row[0] for row in cursor.fetchall()]:
             raise TxIdInUse(taken)
-        cursor.execute(ISSUE, [
-            namespace, [s.tx_id for s in specs], [s.index for s in specs],
-            [s.wallet for s in specs], [s.currency for s in specs],
-            [Decimal(s.quantity) for s in specs],
-        ])
+        cursor.execute(
+            ISSUE,
+            [
+                namespace,
+                [s.tx_id for s in specs],
+                [s.index for s in specs],
+                [s.wallet for s in specs],
+                [s.currency for s in specs],
+                [Decimal(s.quantity) for s in specs],
+            ],
+        )
         new = len(cursor.fetchall())
         identity = Q()
         for spec in specs:
             identity |= Q(tx_id=spec.tx_id, index=spec.index)
-        stored = {(t.tx_id, t.index): t
-                  for t in Token.objects.filter(identity, namespace=namespace)}
+        stored = {
+            (t.tx_id, t.index): t for t in Token.objects.filter(identity, namespace=namespace)
+        }
         tokens = []
         for spec in specs:
             token = stored[(spec.tx_id, spec.index)]
@@ -119,7 +131,11 @@ def balances(wallet: str, currency: str | None = None) -> list[dict[str, object]
         .order_by("currency")
     )
     return [
-        {"currency": r["currency"], "unspent": r["unspent"], "locked": r["locked"],
-         "available": r["unspent"] - r["locked"]}
+        {
+            "currency": r["currency"],
+            "unspent": r["unspent"],
+            "locked": r["locked"],
+            "available": r["unspent"] - r["locked"],
+        }
         for r in rows
     ]

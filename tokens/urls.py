@@ -6,6 +6,5 @@ from tokens import views
 
 urlpatterns = [
     path("tokens/", views.TokenListCreate.as_view(), name="token-list"),
-    path("wallets/<str:wallet>/balances/", views.WalletBalances.as_view(),
-         name="wallet-balances"),
+    path("wallets/<str:wallet>/balances/", views.WalletBalances.as_view(), name="wallet-balances"),
 ]

@@ -38,7 +38,8 @@ class TokenListCreate(generics.ListAPIView):
         return scope_queryset(self.request, Token.objects.all())
 
     @extend_schema(
-        summary="List tokens", tags=["tokens"],
+        summary="List tokens",
+        tags=["tokens"],
         description="Without a wallet filter, only the wallets of the API key are listed.",
         responses={200: TokenSerializer(many=True), **error_responses(400, 401, 403, 404)},
     )
@@ -46,14 +47,19 @@ class TokenListCreate(generics.ListAPIView):
         return super().get(request, *args, **kwargs)
 
     @extend_schema(
-        summary="Issue tokens", tags=["tokens"],
+        summary="Issue tokens",
+        tags=["tokens"],
         description=(
             "Create 1..1000 tokens in one transaction. Re-sending an identical token is a "
             "no-op; 201 when anything was new, 200 otherwise. A known identity with different "
-            "content is a 409 token_conflict and nothing is written."),
+            "content is a 409 token_conflict and nothing is written."
+        ),
         request=IssueSerializer,
-        responses={201: IssueResultSerializer, 200: IssueResultSerializer,
-                   **error_responses(400, 401, 403, 409, 413, 415, conflicts="token_conflict")},
+        responses={
+            201: IssueResultSerializer,
+            200: IssueResultSerializer,
+            **error_responses(400, 401, 403, 409, 413, 415, conflicts="token_conflict"),
+        },
     )
     def post(self, request):
         serializer = IssueSerializer(data=request.data)
@@ -71,12 +77,17 @@ class WalletBalances(APIView):
     read_permissions = ("tokens.view_token", "locks.view_tokenlock")
 
     @extend_schema(
-        summary="Wallet balances", tags=["tokens"],
+        summary="Wallet balances",
+        tags=["tokens"],
         parameters=[
-            OpenApiParameter("wallet", identifier_schema(ID_MAX_LENGTH, path=True),
-                             OpenApiParameter.PATH),
-            OpenApiParameter("currency", identifier_schema(CURRENCY_MAX_LENGTH),
-                             description="Only this currency."),
+            OpenApiParameter(
+                "wallet", identifier_schema(ID_MAX_LENGTH, path=True), OpenApiParameter.PATH
+            ),
+            OpenApiParameter(
+                "currency",
+                identifier_schema(CURRENCY_MAX_LENGTH),
+                description="Only this currency.",
+            ),
         ],
         responses={200: WalletBalancesSerializer, **error_responses(400, 401, 403, 404)},
     )

@@ -37,8 +37,20 @@ CANDIDATES = (OURS, LISTENER)
 ENVIRONMENTS: dict[str, dict[str, str]] = {OURS: {}, LISTENER: {"SHERDLOCK_LISTEN": "1"}}
 KEPT = ("SHERDLOCK_DATA_DIR", "SHERDLOCK_TEST_DB")
 
-__all__ = ["ALL", "BASELINES", "CANDIDATES", "Picked", "Strategy", "build", "deploy",
-           "environment", "listener_available", "overrides", "payment", "spend"]
+__all__ = [
+    "ALL",
+    "BASELINES",
+    "CANDIDATES",
+    "Picked",
+    "Strategy",
+    "build",
+    "deploy",
+    "environment",
+    "listener_available",
+    "overrides",
+    "payment",
+    "spend",
+]
 
 
 def environment(name: str, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -47,8 +59,11 @@ def environment(name: str, base: dict[str, str] | None = None) -> dict[str, str]
     ``base`` defaults to this process's environment; strategies without an entry of their own
     (the baselines, the HTTP server) get ours'.
     """
-    env = {k: v for k, v in (os.environ if base is None else base).items()
-           if not k.startswith("SHERDLOCK_") or k in KEPT}
+    env = {
+        k: v
+        for k, v in (os.environ if base is None else base).items()
+        if not k.startswith("SHERDLOCK_") or k in KEPT
+    }
     env.update(ENVIRONMENTS.get(name, ENVIRONMENTS[OURS]))
     return env
 
@@ -68,8 +83,11 @@ def deploy(name: str) -> bool:
     from django.conf import settings
 
     value = overrides(name).get("SHERDLOCK_LISTEN")
-    listen = (bool(settings.SHERDLOCK.get("LISTEN")) if value is None
-              else value.strip().lower() in ("1", "true", "yes", "on"))
+    listen = (
+        bool(settings.SHERDLOCK.get("LISTEN"))
+        if value is None
+        else value.strip().lower() in ("1", "true", "yes", "on")
+    )
     if importlib.util.find_spec("locks.notifications") is None:
         return True  # an older schema publishes from triggers that are always there
     from locks import notifications

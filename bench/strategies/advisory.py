@@ -86,9 +86,15 @@ class SerializedAdvisory(Baseline):
     name = "serialized-advisory"
 
     def _round(self, tx_id: str, key: WalletKey, quantity: int) -> Picked:
-        params = {"namespace": NAMESPACE, "wallet": key.wallet, "currency": key.currency,
-                  "tx_id": tx_id, "need": quantity, "limit": self.knobs.fetch_limit,
-                  "lease": self.knobs.lease}
+        params = {
+            "namespace": NAMESPACE,
+            "wallet": key.wallet,
+            "currency": key.currency,
+            "tx_id": tx_id,
+            "need": quantity,
+            "limit": self.knobs.fetch_limit,
+            "lease": self.knobs.lease,
+        }
         with connection.cursor() as cursor:
             # Django's psycopg cursor binds parameters client-side and sends the text as one
             # simple query, so both statements cost one round trip.

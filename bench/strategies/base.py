@@ -44,8 +44,11 @@ outputs AS (
     RETURNING id, wallet
 ),{wake}
 SELECT (SELECT count(*) FROM spent), (SELECT count(*) FROM outputs), (SELECT count(*) FROM woken)
-""".format(wake=waiting_sql.WAKE.format(keys="SELECT wallet, %(currency)s::text FROM outputs",
-                                        when="true").rstrip(","))
+""".format(
+    wake=waiting_sql.WAKE.format(
+        keys="SELECT wallet, %(currency)s::text FROM outputs", when="true"
+    ).rstrip(",")
+)
 
 
 @dataclass(frozen=True)
@@ -89,8 +92,9 @@ class Strategy(Protocol):
         ...
 
 
-def payment(total: int, quantity: int, wallet: str, payee: str | None = None
-            ) -> list[tuple[str, int]]:
+def payment(
+    total: int, quantity: int, wallet: str, payee: str | None = None
+) -> list[tuple[str, int]]:
     """Return the outputs of paying ``quantity`` out of ``total``: payment, then any change.
 
     The payment goes to ``payee`` (default: back to ``wallet``, so the wallet's supply stays
@@ -107,11 +111,17 @@ def payment(total: int, quantity: int, wallet: str, payee: str | None = None
 def spend(picked: Picked, outputs: Sequence[tuple[str, int]]) -> bool:
     """Spend ``picked`` into ``outputs`` (wallet, quantity); False if a lock was lost."""
     with connection.cursor() as cursor:
-        cursor.execute(SPEND, {
-            "ids": picked.token_ids, "tx_id": picked.tx_id, "fence": picked.fence,
-            "count": len(picked.tokens), "currency": picked.key.currency,
-            "wallets": [wallet for wallet, _ in outputs],
-            "quantities": [quantity for _, quantity in outputs],
-        })
+        cursor.execute(
+            SPEND,
+            {
+                "ids": picked.token_ids,
+                "tx_id": picked.tx_id,
+                "fence": picked.fence,
+                "count": len(picked.tokens),
+                "currency": picked.key.currency,
+                "wallets": [wallet for wallet, _ in outputs],
+                "quantities": [quantity for _, quantity in outputs],
+            },
+        )
         spent, _, _ = cursor.fetchone()
     return spent == len(picked.tokens)

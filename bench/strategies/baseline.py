@@ -59,10 +59,15 @@ class Knobs:
     def from_settings(cls) -> Knobs:
         """Read the knobs from ``settings.SHERDLOCK``."""
         o = settings.SHERDLOCK
-        return cls(lease=float(o["LEASE_SECONDS"]), fetch_limit=int(o["FETCH_LIMIT"]),
-                   max_retries=int(o["MAX_RETRIES"]), cache_ttl=float(o["CACHE_TTL"]),
-                   backoff_attempts=int(o["BACKOFF_ATTEMPTS"]),
-                   backoff_min=float(o["BACKOFF_MIN"]), backoff_max=float(o["BACKOFF_MAX"]))
+        return cls(
+            lease=float(o["LEASE_SECONDS"]),
+            fetch_limit=int(o["FETCH_LIMIT"]),
+            max_retries=int(o["MAX_RETRIES"]),
+            cache_ttl=float(o["CACHE_TTL"]),
+            backoff_attempts=int(o["BACKOFF_ATTEMPTS"]),
+            backoff_min=float(o["BACKOFF_MIN"]),
+            backoff_max=float(o["BACKOFF_MAX"]),
+        )
 
     @property
     def retry_after(self) -> float:
@@ -121,8 +126,9 @@ class Baseline:
 
     def supply(self, tx_id: str, key: WalletKey) -> tuple[int, int]:
         """Return (unspent, held by others) of ``key``."""
-        rows = self.execute(SUPPLY, {"tx_id": tx_id, "wallet": key.wallet,
-                                     "currency": key.currency})
+        rows = self.execute(
+            SUPPLY, {"tx_id": tx_id, "wallet": key.wallet, "currency": key.currency}
+        )
         return int(rows[0][0]), int(rows[0][1])
 
     def unlock(self, tx_id: str, fence: int | None) -> None:
@@ -136,4 +142,3 @@ class Baseline:
 
     def spent(self, picked: Picked) -> None:
         """Do nothing: this baseline keeps no record of spent tokens."""
-

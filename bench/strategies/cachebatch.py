@@ -95,8 +95,9 @@ class CacheBatch(Baseline):
         return queue
 
     def _fetch(self, key: WalletKey, queue: _Queue) -> None:
-        rows = self.execute(FETCH, {"wallet": key.wallet, "currency": key.currency,
-                                    "limit": FETCH_SIZE})
+        rows = self.execute(
+            FETCH, {"wallet": key.wallet, "currency": key.currency, "limit": FETCH_SIZE}
+        )
         queue.tokens = [Candidate(int(i), int(q)) for i, q in rows]
         self.rng.shuffle(queue.tokens)
         queue.filled_at = time.monotonic()
@@ -119,9 +120,15 @@ class CacheBatch(Baseline):
                 while queue.tokens and covered < quantity:
                     batch.append(queue.tokens.pop())
                     covered += batch[-1].quantity
-                fence, granted = self.execute(LOCK, {
-                    "fence": fence, "tx_id": tx_id, "lease": self.knobs.lease,
-                    "ids": [c.token_id for c in batch]})[0]
+                fence, granted = self.execute(
+                    LOCK,
+                    {
+                        "fence": fence,
+                        "tx_id": tx_id,
+                        "lease": self.knobs.lease,
+                        "ids": [c.token_id for c in batch],
+                    },
+                )[0]
                 self.lock_attempts += len(batch)
                 granted = set(granted)
                 for candidate in batch:

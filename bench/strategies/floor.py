@@ -56,24 +56,33 @@ def script(workload: Workload, limit: int, lease: float) -> str:
         wallet_set = f"\\set w random(0, {len(workload.wallets) - 1})\n"
         wallet = f"('{prefix}' || :w)"
     values = {
-        "wallet": wallet, "currency": f"'{workload.currency}'",
-        "tx_id": f"('{TX_PREFIX}' || :client_id)", "fence": ":fence", "need": ":need",
-        "limit": str(limit), "lease": repr(float(lease)),
+        "wallet": wallet,
+        "currency": f"'{workload.currency}'",
+        "tx_id": f"('{TX_PREFIX}' || :client_id)",
+        "fence": ":fence",
+        "need": ":need",
+        "limit": str(limit),
+        "lease": repr(float(lease)),
     }
     shipped = locking.LockStatement(fetch=True, record=False, durable=False)
     fetch = re.sub(r"%\((\w+)\)s", lambda m: values[m[1]], locking.LOCK_STATEMENTS[shipped].strip())
-    unlock = re.sub(r"%\((\w+)\)s", lambda m: values[m[1]],
-                    locking.UNLOCK_STATEMENTS[(False, False)].strip())
+    unlock = re.sub(
+        r"%\((\w+)\)s", lambda m: values[m[1]], locking.UNLOCK_STATEMENTS[(False, False)].strip()
+    )
     return (
         wallet_set
         + f"\\set need random({workload.min_quantity}, {workload.max_quantity})\n"
         + "\\set fence random(1, 9000000000000000000)\n"
-        + fetch + ";\n" + unlock + ";\n"
+        + fetch
+        + ";\n"
+        + unlock
+        + ";\n"
     )
 
 
-def run(workload: Workload, replicas: int, duration: float, database: dict,
-        limit: int, lease: float) -> dict:
+def run(
+    workload: Workload, replicas: int, duration: float, database: dict, limit: int, lease: float
+) -> dict:
     """Run pgbench with ``replicas`` clients; return per-cycle latencies and the elapsed time."""
     binary = pgbench_binary()
     if binary is None:
@@ -87,14 +96,33 @@ def run(workload: Workload, replicas: int, duration: float, database: dict,
             env["PGPASSWORD"] = str(database["PASSWORD"])
         # A deadlock aborts a pgbench client, stranding the locks its fetch committed; a retry
         # replays the script with the same random values (same fence), whose unlock frees them.
-        argv = [binary, "-n", "-f", str(path), "-c", str(replicas), "--max-tries", "10",
-                "-j", str(min(replicas, os.cpu_count() or 1)), "-T", str(seconds),
-                "-l", "--log-prefix", str(Path(tmp) / "log"),
-                "-h", str(database.get("HOST") or "127.0.0.1"),
-                "-p", str(database.get("PORT") or 5432),
-                "-U", str(database.get("USER") or "postgres"), str(database["NAME"])]
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tmp,
-                              timeout=seconds + 120)
+        argv = [
+            binary,
+            "-n",
+            "-f",
+            str(path),
+            "-c",
+            str(replicas),
+            "--max-tries",
+            "10",
+            "-j",
+            str(min(replicas, os.cpu_count() or 1)),
+            "-T",
+            str(seconds),
+            "-l",
+            "--log-prefix",
+            str(Path(tmp) / "log"),
+            "-h",
+            str(database.get("HOST") or "127.0.0.1"),
+            "-p",
+            str(database.get("PORT") or 5432),
+            "-U",
+            str(database.get("USER") or "postgres"),
+            str(database["NAME"]),
+        ]
+        done = subprocess.run(
+            argv, env=env, capture_output=True, text=True, cwd=tmp, timeout=seconds + 120
+        )
         if done.returncode != 0:
             raise RuntimeError(f"pgbench failed ({done.returncode}): {done.stderr[-2000:]}")
         latencies = []
@@ -104,9 +132,12 @@ def run(workload: Workload, replicas: int, duration: float, database: dict,
                 fields = line.split()
                 if len(fields) >= 3 and fields[2].isdigit():
                     latencies.append(int(fields[2]) / 1e6)
-    return {"latencies": latencies, "elapsed": float(seconds),
-            "failed": _count(r"number of failed transactions: (\d+)", done.stdout),
-            "retried": _count(r"number of transactions retried: (\d+)", done.stdout)}
+    return {
+        "latencies": latencies,
+        "elapsed": float(seconds),
+        "failed": _count(r"number of failed transactions: (\d+)", done.stdout),
+        "retried": _count(r"number of transactions retried: (\d+)", done.stdout),
+    }
 
 
 def _count(pattern: str, text: str) -> int:

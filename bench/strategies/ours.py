@@ -66,8 +66,7 @@ class Ours:
         selection = self.selector.select(tx_id, key.wallet, key.currency, quantity)
         return Picked(tx_id, key, selection.fence, selection.tokens, selection)
 
-    def select_waiting(self, tx_id: str, key: WalletKey, quantity: int,
-                       seconds: float) -> Picked:
+    def select_waiting(self, tx_id: str, key: WalletKey, quantity: int, seconds: float) -> Picked:
         """Select, waiting up to ``seconds`` in the key's queue while others hold the funds.
 
         What the service does for ``Prefer: wait``: impatient attempts (no sleeping inside the
@@ -77,8 +76,7 @@ class Ours:
         from locks import waiting
 
         def attempt():
-            return self.selector.select(tx_id, key.wallet, key.currency, quantity,
-                                        patient=False)
+            return self.selector.select(tx_id, key.wallet, key.currency, quantity, patient=False)
 
         try:
             selection = waiting.wait_for(key, seconds, attempt)

@@ -67,11 +67,18 @@ class SeedFaithful(Baseline):
                 if queue:
                     candidate = queue.pop()
                     self.lock_attempts += 1
-                    if self._count(SEED_LOCK_ONE, {
-                        "token_id": candidate.token_id, "tx_id": tx_id, "fence": fence,
-                        "lease": self.knobs.lease, "wallet": key.wallet,
-                        "currency": key.currency, "quantity": candidate.quantity,
-                    }):
+                    if self._count(
+                        SEED_LOCK_ONE,
+                        {
+                            "token_id": candidate.token_id,
+                            "tx_id": tx_id,
+                            "fence": fence,
+                            "lease": self.knobs.lease,
+                            "wallet": key.wallet,
+                            "currency": key.currency,
+                            "quantity": candidate.quantity,
+                        },
+                    ):
                         locked.append(candidate)
                         total += candidate.quantity
                     else:
@@ -80,8 +87,7 @@ class SeedFaithful(Baseline):
                 if not maybe_more or retries > self.knobs.max_retries:
                     raise Short()
                 retries += 1
-                rows = self.execute(SEED_FETCH, {"wallet": key.wallet,
-                                                 "currency": key.currency})
+                rows = self.execute(SEED_FETCH, {"wallet": key.wallet, "currency": key.currency})
                 queue[:] = [Candidate(int(i), int(q)) for i, q in rows]
                 self.rng.shuffle(queue)
                 maybe_more = False

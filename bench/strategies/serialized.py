@@ -85,8 +85,12 @@ class Serialized(Baseline):
             raise Short() from exc
 
     def _once(self, tx_id: str, key: WalletKey, quantity: int, limit: int | None) -> Picked:
-        params = {"wallet": key.wallet, "currency": key.currency, "tx_id": tx_id,
-                  "lease": self.knobs.lease}
+        params = {
+            "wallet": key.wallet,
+            "currency": key.currency,
+            "tx_id": tx_id,
+            "lease": self.knobs.lease,
+        }
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(SERIAL_LOCK, {**params, "limit": limit})
             ids = [row[0] for row in cursor.fetchall()]

@@ -66,11 +66,18 @@ class SkipLockedStatement(Baseline):
         total, fence = 0, None
         try:
             for _ in range(STATEMENTS):
-                fence, offered, ids, quantities = self.execute(STEP, {
-                    "fence": fence, "wallet": key.wallet, "currency": key.currency,
-                    "batch": BATCH, "need": quantity - total, "tx_id": tx_id,
-                    "lease": self.knobs.lease,
-                })[0]
+                fence, offered, ids, quantities = self.execute(
+                    STEP,
+                    {
+                        "fence": fence,
+                        "wallet": key.wallet,
+                        "currency": key.currency,
+                        "batch": BATCH,
+                        "need": quantity - total,
+                        "tx_id": tx_id,
+                        "lease": self.knobs.lease,
+                    },
+                )[0]
                 self.lock_attempts += int(offered)
                 for token_id, token_quantity in zip(ids, quantities, strict=True):
                     held.append(Candidate(int(token_id), int(token_quantity)))

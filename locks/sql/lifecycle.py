@@ -151,11 +151,15 @@ SELECT (SELECT value FROM verdict) AS verdict,
                            ORDER BY a.position)
            FROM created c JOIN asked a ON a.idx = c."index")
        ELSE {stored_outputs} END AS outputs
-""".format(selection=SELECTION.format(after=""), columns=SELECTION_COLUMNS,
-           stored_outputs=STORED_OUTPUTS,
-           # The outputs may free funds where requests wait: wake those queues' heads.
-           wake=WAKE.format(keys="SELECT wallet, currency FROM asked",
-                            when="(SELECT value FROM verdict) = 'ok'").rstrip(","))
+""".format(
+    selection=SELECTION.format(after=""),
+    columns=SELECTION_COLUMNS,
+    stored_outputs=STORED_OUTPUTS,
+    # The outputs may free funds where requests wait: wake those queues' heads.
+    wake=WAKE.format(
+        keys="SELECT wallet, currency FROM asked", when="(SELECT value FROM verdict) = 'ok'"
+    ).rstrip(","),
+)
 
 # Unlock the selection's tokens and record it released; repeating it changes nothing. Only
 # this selection's rows (tx id and fence) are deleted, in token-id order. A lease operation:
@@ -232,8 +236,9 @@ def _lease_statement(template: str, durable: bool) -> str:
         selection=SELECTION.format(after="" if durable else ", commit_mode"),
         columns=SELECTION_COLUMNS,
         # Released funds may be what requests of the key wait for: wake that queue's head.
-        wake=WAKE.format(keys="SELECT wallet, currency FROM sel",
-                         when="EXISTS (SELECT FROM freed)").rstrip(","),
+        wake=WAKE.format(
+            keys="SELECT wallet, currency FROM sel", when="EXISTS (SELECT FROM freed)"
+        ).rstrip(","),
     )
 
 

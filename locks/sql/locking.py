@@ -230,7 +230,8 @@ def _compose(variant: LockStatement) -> str:
     gated = f"\n      AND {OPEN}" if variant.record else ""
     fill = {"unspent_of_key": UNSPENT_OF_KEY, "free": FREE, "gated": gated, "open": OPEN}
     ctes = ("" if variant.durable else ASYNC_COMMIT) + FENCE.format(
-        after="" if variant.durable else AFTER_COMMIT_MODE)
+        after="" if variant.durable else AFTER_COMMIT_MODE
+    )
     if variant.record:
         ctes += GATE
     ctes += (FETCH_CHOICE if variant.fetch else TRY_LOCK_CHOICE).format(**fill)
@@ -238,7 +239,8 @@ def _compose(variant: LockStatement) -> str:
     if variant.record:
         ctes += RECORDED
     extra = (FETCH_EXTRA.format(**fill) if variant.fetch else "") + (
-        RESULT_RECORDED.format(**fill) if variant.record else RESULT_PLAIN)
+        RESULT_RECORDED.format(**fill) if variant.record else RESULT_PLAIN
+    )
     return "WITH" + ctes.rstrip(",") + "\n" + RESULT.format(extra=extra)
 
 
@@ -267,10 +269,13 @@ DELETE FROM locks_tokenlock WHERE token_id IN (SELECT token_id FROM doomed)
 """
 ONLY = "\n      AND token_id = ANY(%(token_ids)s::bigint[])"
 UNLOCK_STATEMENTS: dict[tuple[bool, bool], str] = {
-    (some, durable): UNLOCK.format(commit="" if durable else ASYNC_COMMIT,
-                                   after="" if durable else ", commit_mode",
-                                   only=ONLY if some else "")
-    for some in (False, True) for durable in (False, True)
+    (some, durable): UNLOCK.format(
+        commit="" if durable else ASYNC_COMMIT,
+        after="" if durable else ", commit_mode",
+        only=ONLY if some else "",
+    )
+    for some in (False, True)
+    for durable in (False, True)
 }
 
 # Authoritative totals for one wallet/currency: all unspent value, and the part held by live

@@ -30,8 +30,9 @@ woken AS (
     FROM locks_waiter w
     WHERE (w.wallet, w.currency) IN ({keys}) AND w.expires_at > now() AND ({when})
     GROUP BY w.wallet, w.currency
-),""".replace("{notify}", NOTIFY_HEAD.format(wallet="w.wallet", currency="w.currency",
-                                             head="min(w.id)"))
+),""".replace(
+    "{notify}", NOTIFY_HEAD.format(wallet="w.wallet", currency="w.currency", head="min(w.id)")
+)
 
 # Join the queue of a key until a deadline; answer the waiter's id and the queue's head (the
 # new row is not yet visible to this statement's own reads, hence the least()).
@@ -52,8 +53,12 @@ head AS (
 )
 SELECT (SELECT id FROM joined), (SELECT id FROM head),
        {notify}
-""".format(commit=ASYNC_COMMIT, notify=NOTIFY_HEAD.format(
-    wallet="%(wallet)s::text", currency="%(currency)s::text", head="(SELECT id FROM head)"))
+""".format(
+    commit=ASYNC_COMMIT,
+    notify=NOTIFY_HEAD.format(
+        wallet="%(wallet)s::text", currency="%(currency)s::text", head="(SELECT id FROM head)"
+    ),
+)
 
 # Leave the queue; tell everyone who heads it now (NULL: nobody waits any more).
 LEAVE = """
@@ -64,11 +69,16 @@ gone AS (
 )
 SELECT {notify}
 FROM gone g
-""".format(commit=ASYNC_COMMIT, notify=NOTIFY_HEAD.format(
-    wallet="g.wallet", currency="g.currency",
-    head="""(SELECT min(w.id) FROM locks_waiter w
+""".format(
+    commit=ASYNC_COMMIT,
+    notify=NOTIFY_HEAD.format(
+        wallet="g.wallet",
+        currency="g.currency",
+        head="""(SELECT min(w.id) FROM locks_waiter w
              WHERE w.wallet = g.wallet AND w.currency = g.currency AND w.expires_at > now()
-               AND w.id <> %(id)s::bigint)"""))
+               AND w.id <> %(id)s::bigint)""",
+    ),
+)
 
 # The heads of every queue, read when a process starts listening (or listens again) and when a
 # waiter has heard nothing for a while (a head whose process died stops counting at its

@@ -43,9 +43,20 @@ class Database:
         """Restart with ``pg_ctl restart -m mode``; return when it answers again (monotonic)."""
         user = embedded_db._system_user()
         embedded_db._commands().pg_ctl(
-            ["-w", "-t", "60", "-m", mode, "-l", str(self.server.data_dir / "server.log"),
-             "restart"], pgdata=self.server.data_dir, timeout=90,
-            **({"user": user} if user else {}))
+            [
+                "-w",
+                "-t",
+                "60",
+                "-m",
+                mode,
+                "-l",
+                str(self.server.data_dir / "server.log"),
+                "restart",
+            ],
+            pgdata=self.server.data_dir,
+            timeout=90,
+            **({"user": user} if user else {}),
+        )
         return self.wait_until_answering()
 
     def wait_until_answering(self, timeout: float = 60.0) -> float:
@@ -77,9 +88,14 @@ def throwaway_database() -> Iterator[Database]:
     server = embedded_db.ensure_running(root / "pg")
     try:
         url = server.url()
-        migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--verbosity", "0"],
-                                 cwd=ROOT, env=child_env(url), capture_output=True, text=True,
-                                 timeout=300)
+        migrate = subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--verbosity", "0"],
+            cwd=ROOT,
+            env=child_env(url),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert migrate.returncode == 0, migrate.stderr[-3000:]
         yield Database(server, url)
     finally:
@@ -103,21 +119,49 @@ def seed(db: Database, wallets: list[str], tokens: int, quantity: int = 10) -> s
         f"range({tokens}))\n"
         "_, raw = ApiKey.objects.create_key(name='load', wallets=wallets, can_select=True, "
         "can_issue=True)\n"
-        "print(raw)\n")
-    result = subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT,
-                            env=child_env(db.url), capture_output=True, text=True, timeout=120)
+        "print(raw)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=ROOT,
+        env=child_env(db.url),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout.strip().splitlines()[-1]
 
 
-def start_load(base: str, key: str, out: Path, name: str, wallets: list[str], duration: float,
-               seed_value: int) -> subprocess.Popen:
+def start_load(
+    base: str, key: str, out: Path, name: str, wallets: list[str], duration: float, seed_value: int
+) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.e2e.load_client", "--base", base, "--key", key,
-         "--out", str(out), "--name", name, "--wallets", *wallets, "--duration", str(duration),
-         "--seed", str(seed_value)],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "tests.e2e.load_client",
+            "--base",
+            base,
+            "--key",
+            key,
+            "--out",
+            str(out),
+            "--name",
+            name,
+            "--wallets",
+            *wallets,
+            "--duration",
+            str(duration),
+            "--seed",
+            str(seed_value),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def read_records(paths: list[Path]) -> list[dict]:
@@ -130,8 +174,11 @@ def read_records(paths: list[Path]) -> list[dict]:
 
 def unexpected(records: list[dict], after: float = float("-inf")) -> list[dict]:
     """Return answers a healthy server would not give, among requests started after ``after``."""
-    return [r for r in records if r["start"] >= after and r["status"] not in SUCCESS
-            and r["code"] not in REFUSALS]
+    return [
+        r
+        for r in records
+        if r["start"] >= after and r["status"] not in SUCCESS and r["code"] not in REFUSALS
+    ]
 
 
 def recovery_seconds(records: list[dict], answering_at: float) -> float:
@@ -143,12 +190,15 @@ def recovery_seconds(records: list[dict], answering_at: float) -> float:
 
 def check_invariants(db: Database, supply: Decimal) -> dict[str, int]:
     """Assert what no fault may break; return counts for the report."""
-    unspent = db.query("SELECT coalesce(sum(quantity), 0) FROM tokens_token "
-                       "WHERE spent_at IS NULL")[0][0]
+    unspent = db.query(
+        "SELECT coalesce(sum(quantity), 0) FROM tokens_token WHERE spent_at IS NULL"
+    )[0][0]
     assert unspent == supply, f"unspent supply {unspent} != issued {supply}"
 
-    selections = db.query("SELECT tx_id, status, total, token_ids, created_at, expires_at, "
-                          "released_at FROM locks_selection")
+    selections = db.query(
+        "SELECT tx_id, status, total, token_ids, created_at, expires_at, "
+        "released_at FROM locks_selection"
+    )
     spent = [s for s in selections if s[1] == "spent"]
     uses = Counter(token for s in spent for token in s[3])
     twice = [token for token, n in uses.items() if n > 1]
@@ -158,8 +208,9 @@ def check_invariants(db: Database, supply: Decimal) -> dict[str, int]:
     for token, tx_id in spent_by.items():
         assert tx_id in by_tx and token in by_tx[tx_id][3], f"token {token} spent by {tx_id}"
     for tx_id, _, total, _, _, _, _ in spent:
-        outputs = db.query("SELECT coalesce(sum(quantity), 0) FROM tokens_token "
-                           "WHERE tx_id = %s", (tx_id,))[0][0]
+        outputs = db.query(
+            "SELECT coalesce(sum(quantity), 0) FROM tokens_token WHERE tx_id = %s", (tx_id,)
+        )[0][0]
         assert outputs == total, f"{tx_id}: outputs {outputs} != inputs {total}"
 
     # No two selections held a token at once: a later holder starts after the earlier one
@@ -175,8 +226,10 @@ def check_invariants(db: Database, supply: Decimal) -> dict[str, int]:
         for (_, end, status, tx_id), (start, _, _, later) in itertools.pairwise(held):
             assert status != "spent", f"{later} holds token {token} spent by {tx_id}"
             assert start >= end, f"{tx_id} and {later} held token {token} at once"
-    live = db.query("SELECT count(*) FROM locks_tokenlock l JOIN tokens_token t "
-                    "ON t.id = l.token_id WHERE l.expires_at > now() AND t.spent_at IS NULL")
+    live = db.query(
+        "SELECT count(*) FROM locks_tokenlock l JOIN tokens_token t "
+        "ON t.id = l.token_id WHERE l.expires_at > now() AND t.spent_at IS NULL"
+    )
     return {"selections": len(selections), "spent": len(spent), "live_locks": live[0][0]}
 
 
@@ -184,9 +237,11 @@ def wait_for_no_live_locks(db: Database, lease: float) -> None:
     """Wait out one lease; then no unspent token may still be locked."""
     deadline = time.monotonic() + lease + 10
     while True:
-        live = db.query("SELECT count(*) FROM locks_tokenlock l JOIN tokens_token t "
-                        "ON t.id = l.token_id WHERE l.expires_at > now() "
-                        "AND t.spent_at IS NULL")[0][0]
+        live = db.query(
+            "SELECT count(*) FROM locks_tokenlock l JOIN tokens_token t "
+            "ON t.id = l.token_id WHERE l.expires_at > now() "
+            "AND t.spent_at IS NULL"
+        )[0][0]
         if live == 0:
             return
         assert time.monotonic() < deadline, f"{live} live lock(s) outlived the lease"

@@ -50,8 +50,9 @@ class Client:
             self.conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
         started = time.monotonic()
         try:
-            self.conn.request(method, path, json.dumps(body) if body is not None else None,
-                              self.headers)
+            self.conn.request(
+                method, path, json.dumps(body) if body is not None else None, self.headers
+            )
             response = self.conn.getresponse()
             payload = response.read()
             status = response.status
@@ -60,8 +61,18 @@ class Client:
             self.conn.close()
             self.conn = None
             status, answer = 0, {"code": f"no answer: {type(exc).__name__}"}
-        self.out.write(json.dumps({"path": path, "start": started, "end": time.monotonic(),
-                                   "status": status, "code": answer.get("code")}) + "\n")
+        self.out.write(
+            json.dumps(
+                {
+                    "path": path,
+                    "start": started,
+                    "end": time.monotonic(),
+                    "status": status,
+                    "code": answer.get("code"),
+                }
+            )
+            + "\n"
+        )
         self.out.flush()
         return status, answer
 
@@ -85,15 +96,28 @@ def main(argv: list[str]) -> int:
         while time.monotonic() < end_at:
             n += 1
             tx_id, wallet = f"{args.name}-{n}", rng.choice(args.wallets)
-            status, body = client.call("POST", "/api/v1/selections/", {
-                "tx_id": tx_id, "wallet": wallet, "currency": args.currency,
-                "quantity": str(rng.randint(1, args.max_quantity))})
+            status, body = client.call(
+                "POST",
+                "/api/v1/selections/",
+                {
+                    "tx_id": tx_id,
+                    "wallet": wallet,
+                    "currency": args.currency,
+                    "quantity": str(rng.randint(1, args.max_quantity)),
+                },
+            )
             if status not in (200, 201):
                 continue
             if rng.random() < args.spend_ratio:
-                outputs = [{"index": i, "wallet": wallet, "currency": args.currency,
-                            "quantity": token["quantity"]}
-                           for i, token in enumerate(body["tokens"])]
+                outputs = [
+                    {
+                        "index": i,
+                        "wallet": wallet,
+                        "currency": args.currency,
+                        "quantity": token["quantity"],
+                    }
+                    for i, token in enumerate(body["tokens"])
+                ]
                 client.call("POST", f"/api/v1/selections/{tx_id}/spend/", {"outputs": outputs})
             else:
                 client.call("POST", f"/api/v1/selections/{tx_id}/release/")

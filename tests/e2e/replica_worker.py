@@ -29,10 +29,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--hold", type=float, default=0.002, help="seconds to hold a selection")
     parser.add_argument("--spend-ratio", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--wait", type=float, default=0.0,
-                        help="seconds a selection may wait its turn for held funds")
-    parser.add_argument("--payee", default=None,
-                        help="pay the quantity to this wallet (change back to the payer)")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        help="seconds a selection may wait its turn for held funds",
+    )
+    parser.add_argument(
+        "--payee", default=None, help="pay the quantity to this wallet (change back to the payer)"
+    )
     return parser.parse_args(argv)
 
 
@@ -65,11 +70,13 @@ def run(args: argparse.Namespace, rng: random.Random, out) -> None:
         started = time.monotonic()
         try:
             if args.wait:
-                selection, _ = services.select_tokens(tx_id, wallet, args.currency, quantity,
-                                                      wait=args.wait)
+                selection, _ = services.select_tokens(
+                    tx_id, wallet, args.currency, quantity, wait=args.wait
+                )
             else:
-                selection = select_as_a_client(services, tx_id, wallet, args.currency,
-                                               quantity, rng, record)
+                selection = select_as_a_client(
+                    services, tx_id, wallet, args.currency, quantity, rng, record
+                )
         except InsufficientFunds as exc:
             record.update(outcome="insufficient_funds", available=exc.available)
         except FundsLocked as exc:
@@ -77,9 +84,13 @@ def run(args: argparse.Namespace, rng: random.Random, out) -> None:
         else:
             acquired = time.monotonic()
             time.sleep(args.hold * rng.random() * 2)
-            record.update(outcome="selected", tokens=list(selection.token_ids),
-                          total=str(selection.total), acquired=acquired,
-                          waited=acquired - started)
+            record.update(
+                outcome="selected",
+                tokens=list(selection.token_ids),
+                total=str(selection.total),
+                acquired=acquired,
+                waited=acquired - started,
+            )
             if rng.random() < args.spend_ratio:
                 # Pay `quantity` and return the change to the same wallet: supply is conserved,
                 # so any insufficient-funds outcome would be spurious.
@@ -97,8 +108,9 @@ def run(args: argparse.Namespace, rng: random.Random, out) -> None:
         out.write(json.dumps(record) + "\n")
 
 
-def select_as_a_client(services, tx_id, wallet, currency, quantity, rng, record,
-                       attempts: int = 60):
+def select_as_a_client(
+    services, tx_id, wallet, currency, quantity, rng, record, attempts: int = 60
+):
     """Select as an API client does: retry "funds locked" after its hint, with jitter."""
     from sherdlock import FundsLocked
 

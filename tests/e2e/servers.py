@@ -28,16 +28,33 @@ class Gunicorn:
 
 
 @contextlib.contextmanager
-def gunicorn(env: dict[str, str], log: Path, workers: int = 2,
-             args: tuple[str, ...] = ()) -> Iterator[Gunicorn]:
+def gunicorn(
+    env: dict[str, str], log: Path, workers: int = 2, args: tuple[str, ...] = ()
+) -> Iterator[Gunicorn]:
     """Serve the project with gunicorn (configured as ``make run`` does); stop it afterwards."""
     port = free_port()
     with log.open("w+") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "config.wsgi:application",
-             "-c", str(ROOT / "config" / "gunicorn.py"), "--bind", f"127.0.0.1:{port}",
-             "--workers", str(workers), "--graceful-timeout", "5", *args],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "config.wsgi:application",
+                "-c",
+                str(ROOT / "config" / "gunicorn.py"),
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                str(workers),
+                "--graceful-timeout",
+                "5",
+                *args,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
         base = f"http://127.0.0.1:{port}"
         try:
             try:

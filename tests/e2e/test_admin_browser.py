@@ -17,9 +17,16 @@ from tests.factories import make_token, make_tokens
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's build: `make browser` installs it
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
 USERNAME, PASSWORD = "operator", "correct-horse-battery"
 
@@ -30,19 +37,22 @@ def browser():
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as exc:
-        pytest.fail(f"the playwright package is missing ({exc}); `make test` installs the "
-                    "dev extras, or run `.venv/bin/pip install -e '.[dev]'`", pytrace=False)
+        pytest.fail(
+            f"the playwright package is missing ({exc}); `make test` installs the "
+            "dev extras, or run `.venv/bin/pip install -e '.[dev]'`",
+            pytrace=False,
+        )
     if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing; `make browser` installs Debian's chromium",
-                    pytrace=False)
+        pytest.fail(
+            f"{CHROMIUM} is missing; `make browser` installs Debian's chromium", pytrace=False
+        )
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     # Playwright's sync API keeps an event loop in this thread, so Django would refuse the
     # plain synchronous ORM calls the tests make between browser steps.
     with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
         patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
         try:
-            chromium = playwright.chromium.launch(executable_path=str(CHROMIUM),
-                                                  args=CHROMIUM_ARGS)
+            chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         except Exception as exc:  # any launch failure must fail the run, never skip it
             pytest.fail(f"Chromium at {CHROMIUM} did not start: {exc}", pytrace=False)
         yield chromium
@@ -52,8 +62,7 @@ def browser():
 @pytest.fixture
 def page(browser, live_server, django_user_model):
     django_user_model.objects.create_superuser(USERNAME, "operator@example.com", PASSWORD)
-    context = browser.new_context(viewport={"width": 1280, "height": 900},
-                                  base_url=live_server.url)
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=live_server.url)
     tab = context.new_page()
     tab.set_default_timeout(20_000)
     yield tab
@@ -84,8 +93,15 @@ def lock(tokens, spender: str, ttl: float) -> None:
     now = timezone.now()
     created = now if ttl >= 0 else now + timedelta(seconds=ttl - 1)
     TokenLock.objects.bulk_create(
-        TokenLock.of(t, spender_tx_id=spender, fence=1, created_at=created,
-                  expires_at=now + timedelta(seconds=ttl)) for t in tokens)
+        TokenLock.of(
+            t,
+            spender_tx_id=spender,
+            fence=1,
+            created_at=created,
+            expires_at=now + timedelta(seconds=ttl),
+        )
+        for t in tokens
+    )
 
 
 def test_log_in_filter_locks_and_search_a_tx_id(page):
@@ -163,21 +179,46 @@ def seed_dashboard() -> None:
     for minute in range(59):
         at = this_minute - timedelta(minutes=minute)
         for i in range(8 + (minute * 7) % 13):
-            selections.append(Selection(
-                tx_id=f"ok-{minute}-{i}", wallet="wallet-7", currency="USD", quantity=10,
-                total=10, token_ids=[], status=Selection.Status.SPENT, created_at=at))
+            selections.append(
+                Selection(
+                    tx_id=f"ok-{minute}-{i}",
+                    wallet="wallet-7",
+                    currency="USD",
+                    quantity=10,
+                    total=10,
+                    token_ids=[],
+                    status=Selection.Status.SPENT,
+                    created_at=at,
+                )
+            )
         for i in range((minute * 5) % 4):
-            failures.append(FailedSelection(
-                tx_id=f"short-{minute}-{i}", wallet="wallet-3", currency="EUR", quantity=10**6,
-                outcome=FailedSelection.Outcome.INSUFFICIENT_FUNDS, created_at=at))
+            failures.append(
+                FailedSelection(
+                    tx_id=f"short-{minute}-{i}",
+                    wallet="wallet-3",
+                    currency="EUR",
+                    quantity=10**6,
+                    outcome=FailedSelection.Outcome.INSUFFICIENT_FUNDS,
+                    created_at=at,
+                )
+            )
         for i in range(3 if 20 <= minute < 26 else minute % 2):
-            failures.append(FailedSelection(
-                tx_id=f"locked-{minute}-{i}", wallet="wallet-7", currency="USD", quantity=900,
-                outcome=FailedSelection.Outcome.FUNDS_LOCKED, lock_conflicts=4, created_at=at))
+            failures.append(
+                FailedSelection(
+                    tx_id=f"locked-{minute}-{i}",
+                    wallet="wallet-7",
+                    currency="USD",
+                    quantity=900,
+                    outcome=FailedSelection.Outcome.FUNDS_LOCKED,
+                    lock_conflicts=4,
+                    created_at=at,
+                )
+            )
     Selection.objects.bulk_create(selections)
     FailedSelection.objects.bulk_create(failures)
-    HousekeepingRun.objects.create(started_at=now - timedelta(seconds=8), finished_at=now,
-                                   expired_removed=42, spent_removed=7)
+    HousekeepingRun.objects.create(
+        started_at=now - timedelta(seconds=8), finished_at=now, expired_removed=42, spent_removed=7
+    )
 
 
 def test_dashboard_opens_from_the_index(page):
@@ -204,13 +245,25 @@ def hold(tokens, tx_id: str, ttl: float) -> Selection:
     """Record a selection of ``tokens`` whose locks carry its fence, as a replica would."""
     total = sum(t.quantity for t in tokens)
     selection = Selection.objects.create(
-        tx_id=tx_id, wallet=tokens[0].wallet, currency=tokens[0].currency, quantity=total,
-        total=total, token_ids=[t.pk for t in tokens],
-        expires_at=timezone.now() + timedelta(seconds=ttl))
+        tx_id=tx_id,
+        wallet=tokens[0].wallet,
+        currency=tokens[0].currency,
+        quantity=total,
+        total=total,
+        token_ids=[t.pk for t in tokens],
+        expires_at=timezone.now() + timedelta(seconds=ttl),
+    )
     now = timezone.now()
     TokenLock.objects.bulk_create(
-        TokenLock.of(t, spender_tx_id=tx_id, fence=selection.fence, created_at=now,
-                  expires_at=now + timedelta(seconds=ttl)) for t in tokens)
+        TokenLock.of(
+            t,
+            spender_tx_id=tx_id,
+            fence=selection.fence,
+            created_at=now,
+            expires_at=now + timedelta(seconds=ttl),
+        )
+        for t in tokens
+    )
     return selection
 
 
@@ -221,9 +274,16 @@ def test_wallet_page_from_a_list_release_and_extend_a_selection(page):
     hold(tokens[6:10], "pay-slow", ttl=20)
     lock(tokens[10:13], "pay-crashed", ttl=-30)
     FailedSelection.objects.bulk_create(
-        FailedSelection(tx_id=f"pay-big-{i}", wallet="wallet-7", currency="USD",
-                        quantity=1500, outcome=FailedSelection.Outcome.FUNDS_LOCKED,
-                        lock_conflicts=3) for i in range(3))
+        FailedSelection(
+            tx_id=f"pay-big-{i}",
+            wallet="wallet-7",
+            currency="USD",
+            quantity=1500,
+            outcome=FailedSelection.Outcome.FUNDS_LOCKED,
+            lock_conflicts=3,
+        )
+        for i in range(3)
+    )
     log_in(page)
     page.goto("/admin/locks/selection/")
     page.locator("#result_list a.wallet-link", has_text="wallet-7").first.click()
@@ -232,7 +292,8 @@ def test_wallet_page_from_a_list_release_and_extend_a_selection(page):
     balances = page.inner_text("#wallet-balances")
     assert "1,000" in balances and "250" in balances and "750" in balances  # unspent, locked
     assert "funds locked by others for 1,500 USD (750 available now)" in page.inner_text(
-        "#wallet-notes")
+        "#wallet-notes"
+    )
     live = page.locator("#wallet-live tbody tr")
     assert live.count() == 2 and "pay-slow" in live.nth(0).inner_text()  # soonest expiry first
     assert "pay-crashed" in page.inner_text("#wallet-locks")

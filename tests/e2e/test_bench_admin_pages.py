@@ -23,14 +23,40 @@ def test_the_benchmark_seeds_requests_every_page_and_reports(tmp_path):
     name = os.environ.get("SHERDLOCK_TEST_DB", "test_sherdlock") + "_admin_bench"
     env = dict(os.environ, DATABASE_URL=database_url(settings.DATABASES["default"]))
     out = tmp_path / "admin_pages.json"
-    argv = ["--wallets", "3", "--tokens-per-wallet", "40", "--locks", "30", "--failures", "10",
-            "--repeat", "1", "--database", name, "--out", str(out)]
+    argv = [
+        "--wallets",
+        "3",
+        "--tokens-per-wallet",
+        "40",
+        "--locks",
+        "30",
+        "--failures",
+        "10",
+        "--repeat",
+        "1",
+        "--database",
+        name,
+        "--out",
+        str(out),
+    ]
     try:
-        done = subprocess.run([sys.executable, "-m", "bench.admin_pages", *argv], cwd=ROOT,
-                              env=env, text=True, capture_output=True, timeout=480)
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.admin_pages", *argv],
+            cwd=ROOT,
+            env=env,
+            text=True,
+            capture_output=True,
+            timeout=480,
+        )
         assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]
-        again = subprocess.run([sys.executable, "-m", "bench.admin_pages", *argv, "--reuse"],
-                               cwd=ROOT, env=env, text=True, capture_output=True, timeout=480)
+        again = subprocess.run(
+            [sys.executable, "-m", "bench.admin_pages", *argv, "--reuse"],
+            cwd=ROOT,
+            env=env,
+            text=True,
+            capture_output=True,
+            timeout=480,
+        )
         assert again.returncode == 0, again.stderr[-4000:]
         assert "reusing the 120 tokens" in again.stderr
     finally:

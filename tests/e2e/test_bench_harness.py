@@ -25,22 +25,73 @@ from tests.conftest import ROOT, database_url
 
 WORKLOADS = ("spread", "hot-wallet", "hot-tokens")
 CHAIN = 6
-TINY = ["--workloads", ",".join(WORKLOADS), "--replicas", "2", "--duration", "1",
-        "--spread-wallets", "20", "--spread-tokens", "10", "--hot-wallet-tokens", "100",
-        "--hot-tokens-big", "4", "--hot-tokens-big-quantity", "100",
-        "--hot-tokens-small", "60", "--http-replicas", "2", "--hold", "0.002",
-        "--housekeeping", "10x60:250", "--housekeeping-replicas", "2",
-        "--chain-payments", str(CHAIN), "--chain-processes", "2", "--chain-timeout", "90",
-        "--pgbouncer-replicas", "3", "--pgbouncer-pool", "2", "--pgbouncer-workloads",
-        "hot-wallet"]
-REPORT_KEYS = {"version", "created_at", "machine", "config", "elapsed_s", "points", "http",
-               "housekeeping", "chain", "pgbouncer", "ratios", "targets", "skipped",
-               "problems"}
+TINY = [
+    "--workloads",
+    ",".join(WORKLOADS),
+    "--replicas",
+    "2",
+    "--duration",
+    "1",
+    "--spread-wallets",
+    "20",
+    "--spread-tokens",
+    "10",
+    "--hot-wallet-tokens",
+    "100",
+    "--hot-tokens-big",
+    "4",
+    "--hot-tokens-big-quantity",
+    "100",
+    "--hot-tokens-small",
+    "60",
+    "--http-replicas",
+    "2",
+    "--hold",
+    "0.002",
+    "--housekeeping",
+    "10x60:250",
+    "--housekeeping-replicas",
+    "2",
+    "--chain-payments",
+    str(CHAIN),
+    "--chain-processes",
+    "2",
+    "--chain-timeout",
+    "90",
+    "--pgbouncer-replicas",
+    "3",
+    "--pgbouncer-pool",
+    "2",
+    "--pgbouncer-workloads",
+    "hot-wallet",
+]
+REPORT_KEYS = {
+    "version",
+    "created_at",
+    "machine",
+    "config",
+    "elapsed_s",
+    "points",
+    "http",
+    "housekeeping",
+    "chain",
+    "pgbouncer",
+    "ratios",
+    "targets",
+    "skipped",
+    "problems",
+}
 
 
 def bench(*argv: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, env=env, text=True,
-                          capture_output=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", *argv],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +101,11 @@ def run(tmp_path_factory) -> tuple[dict, Path, subprocess.CompletedProcess]:
     # One database per concurrent test run, as for the test database itself.
     name = os.environ.get("SHERDLOCK_TEST_DB", "test_sherdlock") + "_bench"
     # A knob in the caller's environment must not reach ours: it runs the shipped defaults.
-    env = dict(os.environ, DATABASE_URL=database_url(settings.DATABASES["default"]),
-               SHERDLOCK_FETCH_LIMIT="1")
+    env = dict(
+        os.environ,
+        DATABASE_URL=database_url(settings.DATABASES["default"]),
+        SHERDLOCK_FETCH_LIMIT="1",
+    )
     done = bench("bench", *TINY, "--out", str(out), "--database", name, env=env, timeout=540)
     try:
         assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]
@@ -163,8 +217,9 @@ def test_the_pgbouncer_points_run_pooled_and_direct_without_a_fault(run):
         assert_sound(pair[mode], f"pgbouncer {mode}")
     # Behind the pool the replicas prepared nothing; directly they run the shipped threshold.
     assert pair["pooled"]["settings"]["PREPARE_THRESHOLD"] is None
-    assert pair["direct"]["settings"]["PREPARE_THRESHOLD"] == settings.SHERDLOCK[
-        "PREPARE_THRESHOLD"]
+    assert (
+        pair["direct"]["settings"]["PREPARE_THRESHOLD"] == settings.SHERDLOCK["PREPARE_THRESHOLD"]
+    )
     assert pair["ratios"]["selections_per_s"] > 0
     assert "pooled ÷ direct" in done.stdout
 
@@ -192,18 +247,31 @@ def test_the_plot_is_written(run):
 def test_check_passes_against_itself_and_fails_on_regressions_and_faults(run, tmp_path):
     report, out, _ = run
     env = dict(os.environ)
-    same = bench("bench.check", str(out / "report.json"), str(out / "report.json"), env=env,
-                 timeout=60)
+    same = bench(
+        "bench.check", str(out / "report.json"), str(out / "report.json"), env=env, timeout=60
+    )
     assert same.returncode == 0, same.stdout
     doctored = dict(report, ratios=[dict(r, value=r["value"] * 10) for r in report["ratios"]])
     baseline = tmp_path / "baseline.json"
     baseline.write_text(json.dumps(doctored))
-    worse = bench("bench.check", str(out / "report.json"), str(baseline), "--tolerance",
-                  "0.25", env=env, timeout=60)
+    worse = bench(
+        "bench.check",
+        str(out / "report.json"),
+        str(baseline),
+        "--tolerance",
+        "0.25",
+        env=env,
+        timeout=60,
+    )
     assert worse.returncode == 1, worse.stdout
     assert "REGRESSED" in worse.stdout
-    faulty = dict(report, points=[dict(p, double_spends=1) if p["strategy"] == "serialized"
-                                  else p for p in report["points"]])
+    faulty = dict(
+        report,
+        points=[
+            dict(p, double_spends=1) if p["strategy"] == "serialized" else p
+            for p in report["points"]
+        ],
+    )
     current = tmp_path / "faulty.json"
     current.write_text(json.dumps(faulty))
     broken = bench("bench.check", str(current), str(out / "report.json"), env=env, timeout=60)
@@ -212,8 +280,13 @@ def test_check_passes_against_itself_and_fails_on_regressions_and_faults(run, tm
 
 
 def test_the_environment_of_each_strategy_is_decided_in_one_place():
-    caller = {"PATH": "/bin", "SHERDLOCK_FETCH_LIMIT": "1", "SHERDLOCK_LISTEN": "0",
-              "SHERDLOCK_DATA_DIR": "/data", "SHERDLOCK_RATE_SELECTIONS_PER_KEY": "off"}
+    caller = {
+        "PATH": "/bin",
+        "SHERDLOCK_FETCH_LIMIT": "1",
+        "SHERDLOCK_LISTEN": "0",
+        "SHERDLOCK_DATA_DIR": "/data",
+        "SHERDLOCK_RATE_SELECTIONS_PER_KEY": "off",
+    }
     ours = strategies.environment(OURS, caller)
     assert ours == {"PATH": "/bin", "SHERDLOCK_DATA_DIR": "/data"}
     assert strategies.environment(LISTENER, caller) == {**ours, "SHERDLOCK_LISTEN": "1"}
@@ -221,15 +294,20 @@ def test_the_environment_of_each_strategy_is_decided_in_one_place():
         assert strategies.environment(other, caller) == ours
 
 
-def record(tx_id: str, tokens: tuple[int, ...], acquired: float, ended: float,
-           action: str) -> Record:
-    return Record(tx_id, "w", 1, acquired, 0.0, "selected", tokens, acquired, ended, action,
-                  len(tokens))
+def record(
+    tx_id: str, tokens: tuple[int, ...], acquired: float, ended: float, action: str
+) -> Record:
+    return Record(
+        tx_id, "w", 1, acquired, 0.0, "selected", tokens, acquired, ended, action, len(tokens)
+    )
 
 
 def test_the_auditor_catches_overlapping_holds_and_double_spends():
-    fine = [record("a", (1, 2), 0.0, 1.0, "released"), record("b", (1,), 1.0, 2.0, "released"),
-            record("c", (2,), 3.0, math.inf, "spent")]
+    fine = [
+        record("a", (1, 2), 0.0, 1.0, "released"),
+        record("b", (1,), 1.0, 2.0, "released"),
+        record("c", (2,), 3.0, math.inf, "spent"),
+    ]
     assert overlapping_holds(fine) == 0
     assert spent_twice(fine, {2: "c"}) == 0
     overlapping = [*fine, record("d", (1,), 1.5, 1.8, "released")]

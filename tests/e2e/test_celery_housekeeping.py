@@ -24,9 +24,14 @@ SUCCEEDED = re.compile(r"Task locks\.housekeeping\[[^\]]+\] succeeded in [^:]+: 
 
 def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     with log.open("w") as out:
-        return subprocess.Popen([sys.executable, "-m", "celery", "-A", "config", *argv],
-                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "config", *argv],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -48,14 +53,17 @@ def schedule_every_second() -> None:
     every, _ = IntervalSchedule.objects.get_or_create(every=1, period=IntervalSchedule.SECONDS)
     PeriodicTask.objects.update_or_create(
         name="Lock housekeeping",
-        defaults={"task": "locks.housekeeping", "interval": every, "enabled": True,
-                  "expire_seconds": 30},
+        defaults={
+            "task": "locks.housekeeping",
+            "interval": every,
+            "enabled": True,
+            "expire_seconds": 30,
+        },
     )
 
 
 @pytest.mark.timeout(180)
-def test_beat_schedules_housekeeping_and_the_worker_removes_expired_locks(
-        tmp_path, subprocess_env):
+def test_beat_schedules_housekeeping_and_the_worker_removes_expired_locks(tmp_path, subprocess_env):
     stale = make_token()
     make_lock(stale, "crashed-replica", ttl=-60)
     live = make_token()
@@ -68,17 +76,35 @@ def test_beat_schedules_housekeeping_and_the_worker_removes_expired_locks(
     logs = {"worker": tmp_path / "worker.log", "beat": tmp_path / "beat.log"}
     processes = []
     try:
-        processes.append(spawn(
-            ["worker", "--loglevel", "INFO", "--concurrency", "1", "--hostname",
-             f"hk-test-{os.getpid()}@%h", "--without-gossip", "--without-mingle"],
-            env, logs["worker"]))
-        processes.append(spawn(
-            ["beat", "--loglevel", "INFO", "--schedule", str(tmp_path / "beat-schedule")],
-            env, logs["beat"]))
+        processes.append(
+            spawn(
+                [
+                    "worker",
+                    "--loglevel",
+                    "INFO",
+                    "--concurrency",
+                    "1",
+                    "--hostname",
+                    f"hk-test-{os.getpid()}@%h",
+                    "--without-gossip",
+                    "--without-mingle",
+                ],
+                env,
+                logs["worker"],
+            )
+        )
+        processes.append(
+            spawn(
+                ["beat", "--loglevel", "INFO", "--schedule", str(tmp_path / "beat-schedule")],
+                env,
+                logs["beat"],
+            )
+        )
 
         def tails() -> str:
-            return "\n".join(f"--- {name}\n{path.read_text()[-3000:]}"
-                             for name, path in logs.items())
+            return "\n".join(
+                f"--- {name}\n{path.read_text()[-3000:]}" for name, path in logs.items()
+            )
 
         deadline = time.monotonic() + WAIT
         while TokenLock.objects.filter(pk=stale.pk).exists():

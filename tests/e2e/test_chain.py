@@ -29,48 +29,73 @@ from tests.factories import make_token
 from tokens.models import Token
 
 
-@pytest.mark.parametrize("replicas,payments", [
-    pytest.param(6, 3, id="short"),
-    pytest.param(9, 10, id="long", marks=pytest.mark.slow),
-])
-def test_replicas_waiting_their_turn_complete_the_chain(tmp_path, subprocess_env, replicas,
-                                                        payments):
+@pytest.mark.parametrize(
+    "replicas,payments",
+    [
+        pytest.param(6, 3, id="short"),
+        pytest.param(9, 10, id="long", marks=pytest.mark.slow),
+    ],
+)
+def test_replicas_waiting_their_turn_complete_the_chain(
+    tmp_path, subprocess_env, replicas, payments
+):
     make_token(wallet="payer", quantity=100)
-    records = run_replicas(tmp_path, subprocess_env, replicas, wallets=["payer"],
-                           selections=payments, min_quantity=1, max_quantity=1,
-                           spend_ratio=1, hold=0.002, wait=60, payee="shop")
+    records = run_replicas(
+        tmp_path,
+        subprocess_env,
+        replicas,
+        wallets=["payer"],
+        selections=payments,
+        min_quantity=1,
+        max_quantity=1,
+        spend_ratio=1,
+        hold=0.002,
+        wait=60,
+        payee="shop",
+    )
     assert outcomes(records) == {"selected": replicas * payments}
     assert_never_held_twice(records)
     assert_books_balance(records, Decimal(100))
     paid = replicas * payments
-    balance = dict(Token.objects.unspent().values("wallet").annotate(s=Sum("quantity"))
-                   .values_list("wallet", "s"))
+    balance = dict(
+        Token.objects.unspent()
+        .values("wallet")
+        .annotate(s=Sum("quantity"))
+        .values_list("wallet", "s")
+    )
     assert balance == {"payer": 100 - paid, "shop": paid}
     # One token at a time: the payer's change is a single token after every spend.
     assert Token.objects.unspent().filter(wallet="payer").count() == 1
 
 
-@pytest.mark.parametrize("payments", [
-    pytest.param(12, id="short"),
-    pytest.param(60, id="long", marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "payments",
+    [
+        pytest.param(12, id="short"),
+        pytest.param(60, id="long", marks=pytest.mark.slow),
+    ],
+)
 @pytest.mark.timeout(300)
-def test_http_clients_waiting_their_turn_complete_the_chain(subprocess_env, tmp_path,
-                                                            payments):
+def test_http_clients_waiting_their_turn_complete_the_chain(subprocess_env, tmp_path, payments):
     from clients.models import ApiKey
 
     make_token(wallet="payer", quantity=100)
-    _, key = ApiKey.objects.create_key(name="chain", wallets=["payer", "shop"],
-                                       can_select=True)
+    _, key = ApiKey.objects.create_key(name="chain", wallets=["payer", "shop"], can_select=True)
     results: list[tuple[int, str, dict]] = []
     with gunicorn(subprocess_env, tmp_path / "gunicorn.log", workers=2) as server:
         base = server.base
 
         def post(path: str, body: dict, **headers: str) -> tuple[int, dict, dict]:
             request = urllib.request.Request(
-                f"{base}/api/v1/selections/{path}", data=json.dumps(body).encode(),
-                method="POST", headers={"Authorization": f"Api-Key {key}",
-                                        "Content-Type": "application/json", **headers})
+                f"{base}/api/v1/selections/{path}",
+                data=json.dumps(body).encode(),
+                method="POST",
+                headers={
+                    "Authorization": f"Api-Key {key}",
+                    "Content-Type": "application/json",
+                    **headers,
+                },
+            )
             try:
                 with urllib.request.urlopen(request, timeout=120) as response:
                     return response.status, dict(response.headers), json.loads(response.read())
@@ -83,9 +108,11 @@ def test_http_clients_waiting_their_turn_complete_the_chain(subprocess_env, tmp_
             for _ in range(100):
                 # A client that could not wait here (the server had no room) retries after
                 # the hint, with jitter, as SherdlockClient does.
-                status, headers, body = post("", {"tx_id": tx_id, "wallet": "payer",
-                                                  "currency": "USD", "quantity": "1"},
-                                             Prefer="wait=60")
+                status, headers, body = post(
+                    "",
+                    {"tx_id": tx_id, "wallet": "payer", "currency": "USD", "quantity": "1"},
+                    Prefer="wait=60",
+                )
                 if status != 409 or body["code"] != "funds_locked":
                     break
                 time.sleep(body["retry_after"] * rng.uniform(0.5, 1.5))
@@ -93,8 +120,9 @@ def test_http_clients_waiting_their_turn_complete_the_chain(subprocess_env, tmp_
                 change = int(body["total"]) - 1
                 outputs = [{"index": 0, "wallet": "shop", "currency": "USD", "quantity": "1"}]
                 if change:
-                    outputs.append({"index": 1, "wallet": "payer", "currency": "USD",
-                                    "quantity": str(change)})
+                    outputs.append(
+                        {"index": 1, "wallet": "payer", "currency": "USD", "quantity": str(change)}
+                    )
                 status, _, body = post(f"{tx_id}/spend/", {"outputs": outputs})
             results.append((status, headers.get("Preference-Applied", ""), body))
 

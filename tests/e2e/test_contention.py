@@ -23,8 +23,9 @@ from tests.factories import make_tokens
 from tokens.models import Token
 
 
-def run_replicas(tmp_path: Path, env: dict[str, str], count: int, *, timeout: float = 240,
-                 **options: object) -> list[dict]:
+def run_replicas(
+    tmp_path: Path, env: dict[str, str], count: int, *, timeout: float = 240, **options: object
+) -> list[dict]:
     """Start ``count`` replica processes, release them at once, and return their records."""
     go = tmp_path / "go"
     out = tmp_path / "records.jsonl"
@@ -34,9 +35,24 @@ def run_replicas(tmp_path: Path, env: dict[str, str], count: int, *, timeout: fl
         argv_options += [flag, *map(str, value)] if isinstance(value, list) else [flag, str(value)]
     processes = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.e2e.replica_worker", "--out", str(out), "--go", str(go),
-             "--name", f"r{i}", "--seed", str(i), *argv_options],
-            cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "tests.e2e.replica_worker",
+                "--out",
+                str(out),
+                "--go",
+                str(go),
+                "--name",
+                f"r{i}",
+                "--seed",
+                str(i),
+                *argv_options,
+            ],
+            cwd=ROOT,
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for i in range(count)
     ]
@@ -57,8 +73,9 @@ def assert_never_held_twice(records: list[dict]) -> None:
     for record in records:
         if record["outcome"] == "selected":
             for token_id in record["tokens"]:
-                intervals[token_id].append((record["acquired"], record["released_at"],
-                                            record["tx_id"]))
+                intervals[token_id].append(
+                    (record["acquired"], record["released_at"], record["tx_id"])
+                )
     for token_id, spans in intervals.items():
         spans.sort()
         for (_, end, first), (start, _, second) in pairwise(spans):
@@ -89,14 +106,24 @@ def outcomes(records: list[dict]) -> dict[str, int]:
     return dict(counts)
 
 
-@pytest.mark.parametrize("replicas,selections", [
-    pytest.param(8, 12, id="short"),
-    pytest.param(12, 80, id="long", marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "replicas,selections",
+    [
+        pytest.param(8, 12, id="short"),
+        pytest.param(12, 80, id="long", marks=pytest.mark.slow),
+    ],
+)
 def test_hot_wallet(tmp_path, subprocess_env, replicas, selections):
     make_tokens(200, wallet="hot", quantity=10)
-    records = run_replicas(tmp_path, subprocess_env, replicas, wallets=["hot"],
-                           selections=selections, min_quantity=1, max_quantity=40)
+    records = run_replicas(
+        tmp_path,
+        subprocess_env,
+        replicas,
+        wallets=["hot"],
+        selections=selections,
+        min_quantity=1,
+        max_quantity=40,
+    )
     counts = outcomes(records)
     assert len(records) == replicas * selections
     assert counts.get("insufficient_funds", 0) == 0, counts  # supply (2000) always sufficed
@@ -107,16 +134,26 @@ def test_hot_wallet(tmp_path, subprocess_env, replicas, selections):
     assert_books_balance(records, Decimal(2000))
 
 
-@pytest.mark.parametrize("replicas,selections", [
-    pytest.param(8, 12, id="short"),
-    pytest.param(12, 80, id="long", marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "replicas,selections",
+    [
+        pytest.param(8, 12, id="short"),
+        pytest.param(12, 80, id="long", marks=pytest.mark.slow),
+    ],
+)
 def test_many_wallets(tmp_path, subprocess_env, replicas, selections):
     wallets = [f"w{i}" for i in range(20)]
     for wallet in wallets:
         make_tokens(20, wallet=wallet, quantity=5)
-    records = run_replicas(tmp_path, subprocess_env, replicas, wallets=wallets,
-                           selections=selections, min_quantity=1, max_quantity=20)
+    records = run_replicas(
+        tmp_path,
+        subprocess_env,
+        replicas,
+        wallets=wallets,
+        selections=selections,
+        min_quantity=1,
+        max_quantity=20,
+    )
     counts = outcomes(records)
     assert counts.get("insufficient_funds", 0) == 0, counts
     assert counts.get("funds_locked", 0) == 0, counts
@@ -124,16 +161,28 @@ def test_many_wallets(tmp_path, subprocess_env, replicas, selections):
     assert_books_balance(records, Decimal(20 * 20 * 5))
 
 
-@pytest.mark.parametrize("selections", [
-    pytest.param(10, id="short"),
-    pytest.param(60, id="long", marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "selections",
+    [
+        pytest.param(10, id="short"),
+        pytest.param(60, id="long", marks=pytest.mark.slow),
+    ],
+)
 def test_livelock_of_the_seed_resolves(tmp_path, subprocess_env, selections):
     """Two tokens of 3, two replicas each asking 4, over and over: backoff breaks the tie."""
     make_tokens(2, wallet="pair", quantity=3)
     env = dict(subprocess_env, SHERDLOCK_BACKOFF_ATTEMPTS="30", SHERDLOCK_BACKOFF_MAX="0.03")
-    records = run_replicas(tmp_path, env, 2, wallets=["pair"], selections=selections,
-                           min_quantity=4, max_quantity=4, hold=0.003, spend_ratio=0)
+    records = run_replicas(
+        tmp_path,
+        env,
+        2,
+        wallets=["pair"],
+        selections=selections,
+        min_quantity=4,
+        max_quantity=4,
+        hold=0.003,
+        spend_ratio=0,
+    )
     counts = outcomes(records)
     assert counts == {"selected": 2 * selections}, counts
     for record in records:

@@ -56,13 +56,17 @@ def own_replica():
     replica.reset()
 
 
-def start_replica(env: dict[str, str], tmp_path: Path, tx_id: str, wallet: str,
-                  quantity: int, mode: str) -> tuple[subprocess.Popen, Path]:
+def start_replica(
+    env: dict[str, str], tmp_path: Path, tx_id: str, wallet: str, quantity: int, mode: str
+) -> tuple[subprocess.Popen, Path]:
     report = tmp_path / f"{tx_id}.json"
     process = subprocess.Popen(
         [sys.executable, "-c", REPLICA, tx_id, wallet, str(quantity), mode, str(report)],
-        cwd=ROOT, env={**env, "SHERDLOCK_LEASE_SECONDS": str(LEASE)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        env={**env, "SHERDLOCK_LEASE_SECONDS": str(LEASE)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     return process, report
 
@@ -89,8 +93,9 @@ def test_tokens_of_a_killed_replica_are_selectable_again(tmp_path, subprocess_en
     supply = unspent_total()
     per_wallet = 3 * TOKEN_QUANTITY
 
-    started = [start_replica(subprocess_env, tmp_path, f"dead-{w}", w, per_wallet, "hold")
-               for w in wallets]
+    started = [
+        start_replica(subprocess_env, tmp_path, f"dead-{w}", w, per_wallet, "hold") for w in wallets
+    ]
     try:
         held = [wait_for_report(process, report) for process, report in started]
     finally:
@@ -115,8 +120,10 @@ def test_tokens_of_a_killed_replica_are_selectable_again(tmp_path, subprocess_en
     assert not TokenLock.objects.filter(spender_tx_id__in=dead_tx).exists()
     assert unspent_total() == supply  # the crash lost nothing
 
-    survivors = [start_replica(subprocess_env, tmp_path, f"alive-{w}", w, per_wallet, "spend")
-                 for w in wallets]
+    survivors = [
+        start_replica(subprocess_env, tmp_path, f"alive-{w}", w, per_wallet, "spend")
+        for w in wallets
+    ]
     for (process, report), before in zip(survivors, held, strict=True):
         after = wait_for_report(process, report)
         assert process.wait(timeout=WAIT) == 0, process.stderr.read()
@@ -125,6 +132,7 @@ def test_tokens_of_a_killed_replica_are_selectable_again(tmp_path, subprocess_en
     for wallet in wallets:
         assert not Token.objects.filter(wallet=wallet, spent_at__isnull=True).exists()
         assert set(Token.objects.filter(wallet=wallet).values_list("spent_by", flat=True)) == {
-            f"alive-{wallet}"}
+            f"alive-{wallet}"
+        }
     assert unspent_total() == supply  # all of it now belongs to bob
     assert Token.objects.filter(wallet="bob").aggregate(s=Sum("quantity"))["s"] == supply

@@ -53,13 +53,19 @@ class Run:
         self.key = seed(db, self.wallets, TOKENS_PER_WALLET, QUANTITY)
         self.outs: list = []
         self.clients: list = []
-        self.env = {**child_env(db.url), "SHERDLOCK_LEASE_SECONDS": str(LEASE),
-                    "SHERDLOCK_RATE_SELECTIONS_PER_KEY": "off",
-                    "SHERDLOCK_RATE_SELECTIONS_PER_WALLET": "off"}
+        self.env = {
+            **child_env(db.url),
+            "SHERDLOCK_LEASE_SECONDS": str(LEASE),
+            "SHERDLOCK_RATE_SELECTIONS_PER_KEY": "off",
+            "SHERDLOCK_RATE_SELECTIONS_PER_WALLET": "off",
+        }
 
     def supply(self) -> Decimal:
-        return Decimal(self.db.query("SELECT coalesce(sum(quantity), 0) FROM tokens_token "
-                                     "WHERE spent_at IS NULL")[0][0])
+        return Decimal(
+            self.db.query(
+                "SELECT coalesce(sum(quantity), 0) FROM tokens_token WHERE spent_at IS NULL"
+            )[0][0]
+        )
 
     def start_clients(self, base: str, count: int, duration: float) -> None:
         for n in range(count):
@@ -67,8 +73,11 @@ class Run:
             self.outs.append(out)
             # Two clients per wallet: they compete for tokens.
             wallets = [self.wallets[n % len(self.wallets)]]
-            self.clients.append(start_load(base, self.key, out, f"{self.name}-c{n}", wallets,
-                                           duration, seed_value=n))
+            self.clients.append(
+                start_load(
+                    base, self.key, out, f"{self.name}-c{n}", wallets, duration, seed_value=n
+                )
+            )
 
     def wait_clients(self, timeout: float) -> None:
         for client in self.clients:
@@ -86,8 +95,11 @@ class Run:
 
 def server_errors(records: list[dict]) -> list[dict]:
     """5xx answers other than 503 database_unavailable."""
-    return [r for r in records if r["status"] >= 500
-            and (r["status"], r["code"]) != (503, "database_unavailable")]
+    return [
+        r
+        for r in records
+        if r["status"] >= 500 and (r["status"], r["code"]) != (503, "database_unavailable")
+    ]
 
 
 def workers(master_pid: int) -> list[psutil.Process]:
@@ -102,8 +114,7 @@ def wait_for_first_selection(path, timeout: float = 30.0) -> None:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("duration, kills", [(12, 6), pytest.param(90, 50,
-                                                                  marks=pytest.mark.slow)])
+@pytest.mark.parametrize("duration, kills", [(12, 6), pytest.param(90, 50, marks=pytest.mark.slow)])
 def test_killed_workers_and_clients_lose_nothing(database, tmp_path, duration, kills):
     run = Run(database, tmp_path, f"kill{duration}", wallets=2)
     supply = run.supply()
@@ -123,8 +134,10 @@ def test_killed_workers_and_clients_lose_nothing(database, tmp_path, duration, k
     records = run.records()
     wait_for_no_live_locks(database, LEASE)
     report = check_invariants(database, supply=supply)
-    print(f"\n[faults] {kills} workers killed in {duration} s: {len(records)} requests, "
-          f"{sum(r['status'] == 0 for r in records)} lost answers (sent again), {report}")
+    print(
+        f"\n[faults] {kills} workers killed in {duration} s: {len(records)} requests, "
+        f"{sum(r['status'] == 0 for r in records)} lost answers (sent again), {report}"
+    )
     assert server_errors(records) == []
     assert not [r for r in records if r["status"] == 503], "the database never went away"
     assert sum(r["status"] in (200, 201) for r in records) > 20
@@ -132,10 +145,14 @@ def test_killed_workers_and_clients_lose_nothing(database, tmp_path, duration, k
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("modes, duration", [
-    (["fast", "immediate"], 16),
-    pytest.param(["fast", "immediate"] * 4, 120, marks=pytest.mark.slow),
-], ids=["fast-immediate", "long"])
+@pytest.mark.parametrize(
+    "modes, duration",
+    [
+        (["fast", "immediate"], 16),
+        pytest.param(["fast", "immediate"] * 4, 120, marks=pytest.mark.slow),
+    ],
+    ids=["fast-immediate", "long"],
+)
 def test_database_restarts_lose_nothing_and_recover(database, tmp_path, modes, duration):
     run = Run(database, tmp_path, f"restart{duration}", wallets=2)
     supply = run.supply()
@@ -154,10 +171,12 @@ def test_database_restarts_lose_nothing_and_recover(database, tmp_path, modes, d
         recoveries.append((mode, recovery_seconds(records, answered)))
     wait_for_no_live_locks(database, LEASE)
     report = check_invariants(database, supply=supply)
-    print(f"\n[faults] restarts {modes} in {duration} s: {len(records)} requests, "
-          f"{sum(r['status'] == 503 for r in records)} answered 503, recovery (database "
-          f"answering to first success): {', '.join(f'{m} {s:.3f} s' for m, s in recoveries)}; "
-          f"{report}")
+    print(
+        f"\n[faults] restarts {modes} in {duration} s: {len(records)} requests, "
+        f"{sum(r['status'] == 503 for r in records)} answered 503, recovery (database "
+        f"answering to first success): {', '.join(f'{m} {s:.3f} s' for m, s in recoveries)}; "
+        f"{report}"
+    )
     assert server_errors(records) == []
     # Once the database answers, every request succeeds (or meets a healthy refusal), up to
     # those still in flight when the next restart begins.

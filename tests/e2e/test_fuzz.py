@@ -36,10 +36,24 @@ SELECTIONS = ["held", "spent", "released"]
 DOMAIN_REFUSALS = ["2xx", "3xx", "401", "403", "404", "409", "422", "429"]
 # Refusals of schema-invalid data: schemathesis' defaults, and 413/414 for a body or a request
 # line over the limits.
-REJECTIONS = ["400", "401", "403", "404", "405", "406", "409", "413", "414", "415", "422",
-              "428", "429"]
-QUICK = settings(max_examples=10, deadline=None, database=None,
-                 suppress_health_check=list(HealthCheck))
+REJECTIONS = [
+    "400",
+    "401",
+    "403",
+    "404",
+    "405",
+    "406",
+    "409",
+    "413",
+    "414",
+    "415",
+    "422",
+    "428",
+    "429",
+]
+QUICK = settings(
+    max_examples=10, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+)
 THOROUGH = settings(QUICK, max_examples=300)
 
 
@@ -58,15 +72,24 @@ def seed() -> str:
     from tokens.services import TokenSpec
 
     Token.objects.bulk_create(
-        Token(tx_id=f"mint-{wallet}-{currency}", index=i, wallet=wallet, currency=currency,
-              quantity=Decimal(q))
-        for wallet in WALLETS for currency in CURRENCIES for i, q in enumerate([1, 5, 50, 500]))
+        Token(
+            tx_id=f"mint-{wallet}-{currency}",
+            index=i,
+            wallet=wallet,
+            currency=currency,
+            quantity=Decimal(q),
+        )
+        for wallet in WALLETS
+        for currency in CURRENCIES
+        for i, q in enumerate([1, 5, 50, 500])
+    )
     selections = {tx_id: select_tokens(tx_id, "alice", "USD", 1)[0] for tx_id in SELECTIONS}
     total = int(selections["spent"].total)
     spend_selection("spent", [TokenSpec("spent", 0, "bob", "USD", total)])
     release_selection("released")
-    _, raw = ApiKey.objects.create_key(name="fuzz", all_wallets=True, can_issue=True,
-                                       can_select=True, can_read=True)
+    _, raw = ApiKey.objects.create_key(
+        name="fuzz", all_wallets=True, can_issue=True, can_select=True, can_read=True
+    )
     return raw
 
 
@@ -106,11 +129,21 @@ def openapi() -> dict:
 
 def load(phases: list[str]):
     """Load the schema for schemathesis with its ``phases`` and our expected statuses."""
-    return schemathesis.openapi.from_dict(openapi(), config=SchemathesisConfig.from_dict({
-        "phases": {name: {"enabled": name in phases}
-                   for name in ("examples", "coverage", "fuzzing", "stateful")},
-        "checks": {"positive_data_acceptance": {"expected-statuses": DOMAIN_REFUSALS},
-                   "negative_data_rejection": {"expected-statuses": REJECTIONS}}}))
+    return schemathesis.openapi.from_dict(
+        openapi(),
+        config=SchemathesisConfig.from_dict(
+            {
+                "phases": {
+                    name: {"enabled": name in phases}
+                    for name in ("examples", "coverage", "fuzzing", "stateful")
+                },
+                "checks": {
+                    "positive_data_acceptance": {"expected-statuses": DOMAIN_REFUSALS},
+                    "negative_data_rejection": {"expected-statuses": REJECTIONS},
+                },
+            }
+        ),
+    )
 
 
 # Built when the module is collected (no server is needed for that), so that pytest gets one
@@ -152,10 +185,13 @@ def check(case, target: Target, thorough: bool = False) -> None:
     excluded = [] if thorough else [ignored_auth]
     if positive and known_rule_refuses(case):
         excluded.append(positive_data_acceptance)
-    response = case.call_and_validate(base_url=target.server.base, session=target.session,
-                                      excluded_checks=excluded,
-                                      headers={"Authorization": f"Api-Key {target.key}"},
-                                      timeout=30)
+    response = case.call_and_validate(
+        base_url=target.server.base,
+        session=target.session,
+        excluded_checks=excluded,
+        headers={"Authorization": f"Api-Key {target.key}"},
+        timeout=30,
+    )
     if positive_data_acceptance in excluded:  # refused for that rule, unless no selection
         assert response.status_code in (400, 404), response.text
 

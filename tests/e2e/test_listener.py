@@ -87,8 +87,13 @@ class Worker:
 
     def __init__(self, env: dict[str, str]) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-c", WORKER], cwd=ROOT, env=env, text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            [sys.executable, "-c", WORKER],
+            cwd=ROOT,
+            env=env,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         self.hello = self._read()
 
@@ -169,8 +174,7 @@ def metric(name: str) -> float:
     return REGISTRY.get_sample_value(name) or 0.0
 
 
-def test_a_token_issued_elsewhere_is_selected_from_a_warm_cache(transactional_db,
-                                                                 start_worker):
+def test_a_token_issued_elsewhere_is_selected_from_a_warm_cache(transactional_db, start_worker):
     make_tokens(2, wallet="w", quantity=1)
     worker = start_worker()
     assert worker.hello["listening"]
@@ -179,8 +183,10 @@ def test_a_token_issued_elsewhere_is_selected_from_a_warm_cache(transactional_db
     assert len(worker("peek", wallet="w")["tokens"]) == 1
 
     (issued,), _ = issue_tokens([TokenSpec("issuer", 0, "w", "USD", 100)])  # by this process
-    wait_for(lambda: [issued.pk, 100] in worker("peek", wallet="w")["tokens"],
-             "the other replica to hear of the new token")
+    wait_for(
+        lambda: [issued.pk, 100] in worker("peek", wallet="w")["tokens"],
+        "the other replica to hear of the new token",
+    )
 
     second = worker("select", tx="a-2", wallet="w", quantity=50)
     assert issued.pk in second["tokens"]
@@ -352,11 +358,18 @@ print(json.dumps({"first": first, "second": second, "before": before,
 
 
 def test_a_forked_worker_gets_its_own_listener_and_leaves_the_parents_alone(
-        transactional_db, subprocess_env):
+    transactional_db, subprocess_env
+):
     make_tokens(2, wallet="f", quantity=1)
     env = {**subprocess_env, "SHERDLOCK_LISTEN": "1"}
-    result = subprocess.run([sys.executable, "-c", FORK], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=WAIT * 4)
+    result = subprocess.run(
+        [sys.executable, "-c", FORK],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT * 4,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.splitlines()[-1])
     assert report["first"]["inherited"] is False and report["first"]["connected"] is True
@@ -383,8 +396,9 @@ def test_hot_wallet_replicas_with_listeners_never_double_spend(tmp_path, subproc
     # test_contention runs the same with listeners off (the default).
     make_tokens(200, wallet="hot", quantity=10)
     env = {**subprocess_env, "SHERDLOCK_LISTEN": "1"}
-    records = run_replicas(tmp_path, env, 8, wallets=["hot"], selections=12,
-                           min_quantity=1, max_quantity=40)
+    records = run_replicas(
+        tmp_path, env, 8, wallets=["hot"], selections=12, min_quantity=1, max_quantity=40
+    )
     assert len(records) == 8 * 12
     assert {r["outcome"] for r in records} == {"selected"}
     assert_never_held_twice(records)
@@ -403,7 +417,13 @@ def test_loading_the_apps_starts_no_listener(subprocess_env):
         " any(t.name == 'sherdlock-listener' for t in threading.enumerate()))\n"
     )
     env = {**subprocess_env, "SHERDLOCK_LISTEN": "1"}  # even where replicas would listen
-    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=WAIT * 3)
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT * 3,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines()[-1].split() == ["True", "False"]

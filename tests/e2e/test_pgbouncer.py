@@ -38,8 +38,11 @@ def database() -> str:
 
 def transactions_through(pgbouncer) -> int:
     """Transactions PgBouncer has run on the test database so far."""
-    return sum(int(row["total_xact_count"]) for row in pgbouncer.show("STATS")
-               if row["database"] == database())
+    return sum(
+        int(row["total_xact_count"])
+        for row in pgbouncer.show("STATS")
+        if row["database"] == database()
+    )
 
 
 @pytest.fixture
@@ -53,8 +56,10 @@ def publishing(transactional_db):
 def test_the_pool_lends_one_server_session_per_transaction(pgbouncer):
     """What the pooled mode guards against: session state leaks from one client to the next."""
     url = pgbouncer.url(database())
-    with psycopg.connect(url, autocommit=True, prepare_threshold=None) as first, \
-            psycopg.connect(url, autocommit=True, prepare_threshold=None) as second:
+    with (
+        psycopg.connect(url, autocommit=True, prepare_threshold=None) as first,
+        psycopg.connect(url, autocommit=True, prepare_threshold=None) as second,
+    ):
         first.execute("SET statement_timeout = '4321ms'")
         # One idle server session, so the second client is lent the first one's.
         assert second.execute("SHOW statement_timeout").fetchone() == ("4321ms",)
@@ -64,17 +69,27 @@ def test_the_pool_lends_one_server_session_per_transaction(pgbouncer):
             second.execute("SELECT %s::text", ["x"])  # the second client's _pg3_0
 
 
-@pytest.mark.parametrize("replicas,selections,tokens", [
-    pytest.param(POOL_SIZE + 2, 8, 200, id="short"),
-    pytest.param(50, 30, 500, id="long", marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "replicas,selections,tokens",
+    [
+        pytest.param(POOL_SIZE + 2, 8, 200, id="short"),
+        pytest.param(50, 30, 500, id="long", marks=pytest.mark.slow),
+    ],
+)
 def test_listening_replicas_through_the_pool_never_double_spend(
-        tmp_path, pooled_env, pgbouncer, publishing, replicas, selections, tokens):
+    tmp_path, pooled_env, pgbouncer, publishing, replicas, selections, tokens
+):
     make_tokens(tokens, wallet="hot", quantity=10)
     before = transactions_through(pgbouncer)
-    records = run_replicas(tmp_path, {**pooled_env, "SHERDLOCK_LISTEN": "1"}, replicas,
-                           wallets=["hot"], selections=selections, min_quantity=1,
-                           max_quantity=40)
+    records = run_replicas(
+        tmp_path,
+        {**pooled_env, "SHERDLOCK_LISTEN": "1"},
+        replicas,
+        wallets=["hot"],
+        selections=selections,
+        min_quantity=1,
+        max_quantity=40,
+    )
     counts = outcomes(records)
     assert len(records) == replicas * selections
     # Supply (10 per token) always covers what every replica holds at once (40 each).
@@ -93,8 +108,9 @@ def test_replicas_through_the_pool_across_wallets(tmp_path, pooled_env):
     wallets = [f"w{i}" for i in range(20)]
     for wallet in wallets:
         make_tokens(20, wallet=wallet, quantity=5)
-    records = run_replicas(tmp_path, pooled_env, 50, wallets=wallets, selections=30,
-                           min_quantity=1, max_quantity=20)
+    records = run_replicas(
+        tmp_path, pooled_env, 50, wallets=wallets, selections=30, min_quantity=1, max_quantity=20
+    )
     counts = outcomes(records)
     assert counts.get("insufficient_funds", 0) == 0, counts
     assert counts.get("funds_locked", 0) == 0, counts
@@ -111,8 +127,10 @@ def test_a_pooled_replica_hears_changes_on_its_direct_session(pooled_env, publis
         assert worker.hello["listening"]
         worker("select", tx="a-1", wallet="w", quantity=1)  # warms its cache
         (issued,), _ = issue_tokens([TokenSpec("issuer", 0, "w", "USD", 100)])
-        wait_for(lambda: [issued.pk, 100] in worker("peek", wallet="w")["tokens"],
-                 "the pooled replica to hear of the new token")
+        wait_for(
+            lambda: [issued.pk, 100] in worker("peek", wallet="w")["tokens"],
+            "the pooled replica to hear of the new token",
+        )
         second = worker("select", tx="a-2", wallet="w", quantity=50)
         assert issued.pk in second["tokens"] and second["fetches"] == 0
     finally:
@@ -121,8 +139,14 @@ def test_a_pooled_replica_hears_changes_on_its_direct_session(pooled_env, publis
 
 def housekeep(env: dict[str, str]) -> str:
     """Run one housekeeping pass in a child process, as cron would; return its output."""
-    result = subprocess.run([sys.executable, "manage.py", "housekeep"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "housekeep"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 
@@ -159,11 +183,14 @@ def test_the_pooled_guard_is_a_session_of_its_own(transactional_db, db_url, sett
 
     def probe(kind: str, removed: int) -> None:
         with psycopg.connect(db_url, autocommit=True) as other:
-            holders.extend(other.execute(
-                "SELECT a.pid, a.application_name FROM pg_locks l "
-                "JOIN pg_stat_activity a USING (pid) WHERE l.locktype = 'advisory' "
-                "AND l.granted AND (l.classid::bigint << 32 | l.objid::bigint) = %s",
-                [GUARD_KEY]).fetchall())
+            holders.extend(
+                other.execute(
+                    "SELECT a.pid, a.application_name FROM pg_locks l "
+                    "JOIN pg_stat_activity a USING (pid) WHERE l.locktype = 'advisory' "
+                    "AND l.granted AND (l.classid::bigint << 32 | l.objid::bigint) = %s",
+                    [GUARD_KEY],
+                ).fetchall()
+            )
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")

@@ -56,12 +56,20 @@ def descendants(pid: int) -> set[int]:
 def test_serve_starts_everything_and_ctrl_c_stops_everything(tmp_path):
     data_dir = tmp_path / "data"
     port = free_port()
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "SHERDLOCK_TEST_DB"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "SHERDLOCK_TEST_DB"}
+    }
     env.update(SHERDLOCK_DATA_DIR=str(data_dir), PORT=str(port), WEB_CONCURRENCY="1")
     log = (tmp_path / "serve.log").open("w+")
-    process = subprocess.Popen([sys.executable, "-m", "config.serve"], cwd=ROOT, env=env,
-                               stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "config.serve"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         assert wait_for(f"http://127.0.0.1:{port}/admin/login/", timeout=120) == 200
         children = descendants(process.pid)

@@ -26,8 +26,10 @@ def seed() -> str:
     from tokens.models import Token
 
     Token.objects.bulk_create(
-        Token(tx_id=f"mint-{wallet}", index=i, wallet=wallet, currency="USD",
-              quantity=Decimal(10)) for wallet in WALLETS for i in range(200))
+        Token(tx_id=f"mint-{wallet}", index=i, wallet=wallet, currency="USD", quantity=Decimal(10))
+        for wallet in WALLETS
+        for i in range(200)
+    )
     return ApiKey.objects.create_key(name="soak", wallets=WALLETS, can_select=True)[1]
 
 
@@ -35,17 +37,25 @@ def rss(pids: list[int]) -> dict[int, int]:
     return {pid: psutil.Process(pid).memory_info().rss for pid in pids}
 
 
-@pytest.mark.parametrize("warm_up, measured", [
-    (8, 20), pytest.param(60, 600, marks=[pytest.mark.slow, pytest.mark.timeout(1000)])])
+@pytest.mark.parametrize(
+    "warm_up, measured",
+    [(8, 20), pytest.param(60, 600, marks=[pytest.mark.slow, pytest.mark.timeout(1000)])],
+)
 def test_workers_do_not_grow_under_steady_load(subprocess_env, tmp_path, warm_up, measured):
     key = seed()
-    env = {**subprocess_env, "SHERDLOCK_RATE_SELECTIONS_PER_KEY": "off",
-           "SHERDLOCK_RATE_SELECTIONS_PER_WALLET": "off"}
+    env = {
+        **subprocess_env,
+        "SHERDLOCK_RATE_SELECTIONS_PER_KEY": "off",
+        "SHERDLOCK_RATE_SELECTIONS_PER_WALLET": "off",
+    }
     outs = [tmp_path / f"client{n}.jsonl" for n in range(2)]
     with gunicorn(env, tmp_path / "gunicorn.log", workers=2) as server:
-        clients = [start_load(server.base, key, out, f"soak{n}", WALLETS,
-                              warm_up + measured + 2, seed_value=n)
-                   for n, out in enumerate(outs)]
+        clients = [
+            start_load(
+                server.base, key, out, f"soak{n}", WALLETS, warm_up + measured + 2, seed_value=n
+            )
+            for n, out in enumerate(outs)
+        ]
         time.sleep(warm_up)
         workers = [child.pid for child in psutil.Process(server.process.pid).children()]
         before = rss(workers)
@@ -57,11 +67,15 @@ def test_workers_do_not_grow_under_steady_load(subprocess_env, tmp_path, warm_up
     records = read_records(outs)
     measured_records = [r for r in records if r["start"] >= records[0]["start"] + warm_up]
     growth = {pid: after[pid] / before[pid] - 1 for pid in workers}
-    print(f"\n[soak] {measured} s after {warm_up} s warm-up: {len(measured_records)} requests "
-          f"({len(measured_records) / measured:.0f}/s), "
-          f"{sum(r['status'] in SUCCESS for r in measured_records)} succeeded; worker RSS "
-          + ", ".join(f"{before[p] / 2**20:.1f} -> {after[p] / 2**20:.1f} MiB "
-                      f"({growth[p]:+.1%})" for p in workers))
+    print(
+        f"\n[soak] {measured} s after {warm_up} s warm-up: {len(measured_records)} requests "
+        f"({len(measured_records) / measured:.0f}/s), "
+        f"{sum(r['status'] in SUCCESS for r in measured_records)} succeeded; worker RSS "
+        + ", ".join(
+            f"{before[p] / 2**20:.1f} -> {after[p] / 2**20:.1f} MiB ({growth[p]:+.1%})"
+            for p in workers
+        )
+    )
     assert len(workers) == 2
     assert unexpected(records) == []
     assert sum(r["status"] in SUCCESS for r in measured_records) > measured  # > 1/s

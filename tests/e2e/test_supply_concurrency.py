@@ -38,8 +38,9 @@ def issue_and_roll_back(stop: threading.Event, done: list[str], errors: list[Bas
                 selection, _ = select_tokens("undo", "w-new", "USD", 6)
                 try:
                     with transaction.atomic():
-                        spend_selection("undo", [TokenSpec("undo", 0, "w-x", "USD",
-                                                           int(selection.total))])
+                        spend_selection(
+                            "undo", [TokenSpec("undo", 0, "w-x", "USD", int(selection.total))]
+                        )
                         raise RuntimeError("roll back")
                 except RuntimeError:
                     rolled_back = True
@@ -59,8 +60,15 @@ def test_the_summary_stays_exact_under_concurrent_spends(tmp_path, subprocess_en
     issuer = threading.Thread(target=issue_and_roll_back, args=(stop, minted, errors))
     issuer.start()
     try:
-        records = run_replicas(tmp_path, subprocess_env, 4, wallets=["w1", "w2"],
-                               selections=12, spend_ratio=0.8, max_quantity=40)
+        records = run_replicas(
+            tmp_path,
+            subprocess_env,
+            4,
+            wallets=["w1", "w2"],
+            selections=12,
+            spend_ratio=0.8,
+            max_quantity=40,
+        )
     finally:
         stop.set()
         issuer.join(timeout=120)

@@ -37,16 +37,29 @@ def lock_tokens(tokens, spender="spender", ttl=60.0, fence=1):
     now = timezone.now()
     created = now if ttl >= 0 else now + timedelta(seconds=ttl - 1)
     return TokenLock.objects.bulk_create(
-        TokenLock.of(t, spender_tx_id=spender, fence=fence, created_at=created,
-                  expires_at=now + timedelta(seconds=ttl)) for t in tokens)
+        TokenLock.of(
+            t,
+            spender_tx_id=spender,
+            fence=fence,
+            created_at=created,
+            expires_at=now + timedelta(seconds=ttl),
+        )
+        for t in tokens
+    )
 
 
 def make_selection(tokens, tx_id, status=Selection.Status.LOCKED, ttl=60.0, lock=True):
     total = sum(t.quantity for t in tokens)
     selection = Selection.objects.create(
-        tx_id=tx_id, wallet=tokens[0].wallet, currency=tokens[0].currency, quantity=total,
-        total=total, token_ids=[t.pk for t in tokens], status=status,
-        expires_at=timezone.now() + timedelta(seconds=ttl))
+        tx_id=tx_id,
+        wallet=tokens[0].wallet,
+        currency=tokens[0].currency,
+        quantity=total,
+        total=total,
+        token_ids=[t.pk for t in tokens],
+        status=status,
+        expires_at=timezone.now() + timedelta(seconds=ttl),
+    )
     if lock:
         lock_tokens(tokens, spender=tx_id, ttl=ttl, fence=selection.fence)
     return selection
@@ -63,12 +76,20 @@ def add_rows(model: str, count: int, user) -> None:
             make_selection([token], f"sel-{token.pk}")
     if model == "dashboard":
         FailedSelection.objects.bulk_create(
-            FailedSelection(tx_id=f"f{i}", wallet=f"w{i}", currency="USD", quantity=1,
-                            outcome=FailedSelection.Outcome.FUNDS_LOCKED) for i in range(count))
+            FailedSelection(
+                tx_id=f"f{i}",
+                wallet=f"w{i}",
+                currency="USD",
+                quantity=1,
+                outcome=FailedSelection.Outcome.FUNDS_LOCKED,
+            )
+            for i in range(count)
+        )
     if model == "audits":
         LockAudit.objects.bulk_create(
             LockAudit(user=user, reason=f"r{i}", spender_tx_ids=["s"], token_ids=[i], count=1)
-            for i in range(count))
+            for i in range(count)
+        )
 
 
 def rows_shown(response) -> int:
@@ -84,11 +105,19 @@ def shown(client, url: str, **params) -> set:
     return {obj.pk for obj in response.context["cl"].result_list}
 
 
-@pytest.mark.parametrize(("model", "url", "most"), [
-    ("tokens", TOKENS, 6), ("locks", LOCKS, 6), ("selections", SELECTIONS, 7),
-    ("audits", AUDITS, 7), ("dashboard", DASHBOARD, 12)])
+@pytest.mark.parametrize(
+    ("model", "url", "most"),
+    [
+        ("tokens", TOKENS, 6),
+        ("locks", LOCKS, 6),
+        ("selections", SELECTIONS, 7),
+        ("audits", AUDITS, 7),
+        ("dashboard", DASHBOARD, 12),
+    ],
+)
 def test_page_query_count_does_not_grow_with_rows(
-        admin_client, admin_user, django_assert_max_num_queries, model, url, most):
+    admin_client, admin_user, django_assert_max_num_queries, model, url, most
+):
     add_rows(model, 10, admin_user)
     admin_client.get(url)  # warm caches (content types, currencies) like any running server
     with django_assert_max_num_queries(most) as ten:
@@ -130,8 +159,13 @@ def test_lock_search_by_token_tx_id_spender_and_wallet(admin_client):
     first = lock_tokens([make_token(wallet="alice", tx_id="issue-a", index=2)], spender="sp-1")
     second = lock_tokens([make_token(wallet="bob", tx_id="issue-b")], spender="sp-2")
     with CaptureQueriesContext(connection) as captured:
-        for term, expected in (("issue-a", first), ("issue-a:2", first), ("sp-2", second),
-                               ("bob", second), ("issue", [])):
+        for term, expected in (
+            ("issue-a", first),
+            ("issue-a:2", first),
+            ("sp-2", second),
+            ("bob", second),
+            ("issue", []),
+        ):
             assert shown(admin_client, LOCKS, q=term) == {lock.pk for lock in expected}, term
     # Exact comparisons an index serves: "=" in search_fields would mean UPPER(x) = UPPER(y).
     searches = [q["sql"] for q in captured.captured_queries if "issue-a" in q["sql"]]
@@ -168,12 +202,30 @@ def test_token_identity_and_quantity_are_read_only_on_change(admin_client):
     url = reverse("admin:tokens_token_change", args=[token.pk])
     form = admin_client.get(url).context["adminform"]
     assert {"tx_id", "index", "wallet", "currency", "quantity"} <= set(form.readonly_fields)
-    assert admin_client.post(url, {"tx_id": "moved", "index": 9, "wallet": "mallory",
-                                   "currency": "EUR", "quantity": 999, "spent_by": "",
-                                   "spent_at_0": "", "spent_at_1": ""}).status_code == 302
+    assert (
+        admin_client.post(
+            url,
+            {
+                "tx_id": "moved",
+                "index": 9,
+                "wallet": "mallory",
+                "currency": "EUR",
+                "quantity": 999,
+                "spent_by": "",
+                "spent_at_0": "",
+                "spent_at_1": "",
+            },
+        ).status_code
+        == 302
+    )
     token.refresh_from_db()
     assert (token.tx_id, token.index, token.wallet, token.currency, token.quantity) == (
-        "fixed", 0, "alice", "USD", Decimal(10))
+        "fixed",
+        0,
+        "alice",
+        "USD",
+        Decimal(10),
+    )
     add_form = admin_client.get(reverse("admin:tokens_token_add")).context["adminform"]
     assert "quantity" in add_form.form.fields and not add_form.readonly_fields
 
@@ -184,8 +236,9 @@ def test_locks_cannot_be_added_changed_or_deleted_by_hand(admin_client):
     change = reverse("admin:locks_tokenlock_change", args=[lock.pk])
     assert admin_client.get(change).status_code == 200  # viewing is allowed
     assert admin_client.post(change, {"spender_tx_id": "thief", "fence": 9}).status_code == 403
-    assert admin_client.get(reverse("admin:locks_tokenlock_delete", args=[lock.pk])
-                            ).status_code == 403
+    assert (
+        admin_client.get(reverse("admin:locks_tokenlock_delete", args=[lock.pk])).status_code == 403
+    )
     page = admin_client.get(LOCKS)
     assert set(page.context["cl"].model_admin.get_actions(page.wsgi_request)) == {"force_release"}
     assert TokenLock.objects.get(pk=lock.pk).spender_tx_id == "holder"
@@ -204,8 +257,15 @@ def test_login_needed_and_viewers_cannot_force_release(client, django_user_model
     lock = make_lock(make_token(), "holder")
     page = client.get(LOCKS)
     assert page.context["cl"].model_admin.get_actions(page.wsgi_request) == {}
-    client.post(LOCKS, {"action": "force_release", "_selected_action": [lock.pk],
-                        "post": "yes", "reason": "not mine to release"})
+    client.post(
+        LOCKS,
+        {
+            "action": "force_release",
+            "_selected_action": [lock.pk],
+            "post": "yes",
+            "reason": "not mine to release",
+        },
+    )
     assert TokenLock.objects.filter(pk=lock.pk).exists()
     assert not LockAudit.objects.exists()
     assert client.get(DASHBOARD).status_code == 200
@@ -231,7 +291,11 @@ def test_force_release_asks_for_a_reason_then_deletes_and_audits(admin_client, a
     assert set(TokenLock.objects.values_list("pk", flat=True)) == {locks[2].pk, kept.pk}
     audit = LockAudit.objects.get()
     assert (audit.user, audit.reason, audit.count, audit.action) == (
-        admin_user, "replica crashed", 2, "force_release")
+        admin_user,
+        "replica crashed",
+        2,
+        "force_release",
+    )
     assert sorted(audit.token_ids) == sorted(lock.pk for lock in locks[:2])
     assert audit.spender_tx_ids == ["stuck-tx"]
 
@@ -249,17 +313,27 @@ def test_force_release_refuses_without_a_reason(admin_client, reason):
 def test_force_release_of_everything_a_filter_selects(admin_client):
     expired = lock_tokens(make_tokens(3, wallet="gone"), spender="dead", ttl=-5)
     live = lock_tokens(make_tokens(2, wallet="busy"), spender="alive")
-    assert post_force_release(admin_client, expired[:1], reason="sweep",
-                              url=f"{LOCKS}?state=expired", select_across="1").status_code == 302
+    assert (
+        post_force_release(
+            admin_client,
+            expired[:1],
+            reason="sweep",
+            url=f"{LOCKS}?state=expired",
+            select_across="1",
+        ).status_code
+        == 302
+    )
     assert set(TokenLock.objects.values_list("pk", flat=True)) == {lock.pk for lock in live}
     assert LockAudit.objects.get().count == 3
 
 
 def test_lock_audit_is_listed_read_only_and_searchable(admin_client, admin_user):
-    LockAudit.objects.create(user=admin_user, reason="replica r2 died", count=1,
-                             spender_tx_ids=["tx-77"], token_ids=[5])
-    LockAudit.objects.create(user=admin_user, reason="drill", count=1,
-                             spender_tx_ids=["tx-88"], token_ids=[6])
+    LockAudit.objects.create(
+        user=admin_user, reason="replica r2 died", count=1, spender_tx_ids=["tx-77"], token_ids=[5]
+    )
+    LockAudit.objects.create(
+        user=admin_user, reason="drill", count=1, spender_tx_ids=["tx-88"], token_ids=[6]
+    )
 
     first, second = LockAudit.objects.order_by("pk")
     for term, expected in (("r2 died", first), ("tx-88", second), ("5", first)):
@@ -279,11 +353,13 @@ def test_selection_list_shows_tokens_lease_and_held_locks(admin_client):
     content = page.content.decode()
     assert reverse("admin:tokens_token_change", args=[tokens[1].pk]) in content
     assert "2 / 2" in content
-    leases = {s.tx_id: page.context["cl"].model_admin.lease(s)
-              for s in page.context["cl"].result_list}
+    leases = {
+        s.tx_id: page.context["cl"].model_admin.lease(s) for s in page.context["cl"].result_list
+    }
     assert leases == {"sel-live": "live", "sel-old": "expired", "sel-spent": "spent"}
     assert shown(admin_client, SELECTIONS, lease="live") == set(
-        Selection.objects.filter(tx_id="sel-live").values_list("pk", flat=True))
+        Selection.objects.filter(tx_id="sel-live").values_list("pk", flat=True)
+    )
     assert admin_client.get(reverse("admin:locks_selection_add")).status_code == 403
 
 
@@ -299,8 +375,9 @@ def replica():
 def test_selection_release_action_reports_each_result(admin_client, replica):
     live = make_selection(make_tokens(2), "sel-a")
     spent = make_selection(make_tokens(1), "sel-b", status=Selection.Status.SPENT, lock=False)
-    response = admin_client.post(SELECTIONS, {
-        "action": "release", "_selected_action": [live.pk, spent.pk]}, follow=True)
+    response = admin_client.post(
+        SELECTIONS, {"action": "release", "_selected_action": [live.pk, spent.pk]}, follow=True
+    )
     assert response.status_code == 200
     text = [str(m) for m in response.context["messages"]]
     assert "sel-a: released, 2 lock(s) removed" in text
@@ -317,23 +394,39 @@ def test_dashboard_shows_supply_locks_contention_outcomes_and_housekeeping(admin
     lock_tokens(usd[1:2], spender="soon", ttl=5)
     lock_tokens(usd[2:3], spender="late", ttl=-30)
     make_selection(make_tokens(1, wallet="carol"), "ok-1", lock=False)
-    for outcome, n in ((FailedSelection.Outcome.FUNDS_LOCKED, 3),
-                       (FailedSelection.Outcome.INSUFFICIENT_FUNDS, 1)):
+    for outcome, n in (
+        (FailedSelection.Outcome.FUNDS_LOCKED, 3),
+        (FailedSelection.Outcome.INSUFFICIENT_FUNDS, 1),
+    ):
         FailedSelection.objects.bulk_create(
-            FailedSelection(tx_id=f"{outcome}{i}", wallet="alice", currency="USD", quantity=5,
-                            outcome=outcome, lock_conflicts=2) for i in range(n))
+            FailedSelection(
+                tx_id=f"{outcome}{i}",
+                wallet="alice",
+                currency="USD",
+                quantity=5,
+                outcome=outcome,
+                lock_conflicts=2,
+            )
+            for i in range(n)
+        )
     HousekeepingRun.objects.create(finished_at=timezone.now(), expired_removed=12)
 
     response = admin_client.get(DASHBOARD)
     assert response.status_code == 200
     data = response.context["data"]
-    supply = {row.currency: (row.supply, row.locked_tokens, row.locked, row.available)
-              for row in data.supply}
+    supply = {
+        row.currency: (row.supply, row.locked_tokens, row.locked, row.available)
+        for row in data.supply
+    }
     assert supply == {"USD": (50, 2, 20, 30), "EUR": (14, 0, 0, 14)}
     assert (data.locks.live, data.locks.expiring, data.locks.expired) == (2, 1, 1)
     top = data.contended[0]
     assert (top.wallet, top.funds_locked, top.insufficient_funds, top.lock_conflicts) == (
-        "alice", 3, 1, 8)
+        "alice",
+        3,
+        1,
+        8,
+    )
     assert data.busiest[0].live_locks == 2
     assert len(data.outcomes) == 60
     assert data.outcomes[-1].success == 1 and data.outcomes[-1].funds_locked == 3
@@ -386,15 +479,29 @@ def test_filtered_lists_count_exactly_up_to_a_cap_then_estimate(admin_client, mo
 def test_seed_locks_locks_random_unspent_tokens_under_selections():
     make_tokens(40, wallet="a")
     make_tokens(40, wallet="b", currency="EUR")
-    call_command("seed_locks", count=30, ttl_seconds=60, expired_fraction=0,
-                 tokens_per_tx=4, no_progress=True, stdout=(out := StringIO()))
+    call_command(
+        "seed_locks",
+        count=30,
+        ttl_seconds=60,
+        expired_fraction=0,
+        tokens_per_tx=4,
+        no_progress=True,
+        stdout=(out := StringIO()),
+    )
     assert "locked 30 tokens" in out.getvalue()
     assert TokenLock.objects.live().count() == 30
     for selection in Selection.objects.all():
         held = TokenLock.objects.filter(spender_tx_id=selection.tx_id, fence=selection.fence)
         assert sorted(held.values_list("pk", flat=True)) == sorted(selection.token_ids)
-        assert set(Token.objects.filter(pk__in=selection.token_ids)
-                   .values_list("wallet", flat=True)) == {selection.wallet}
-    call_command("seed_locks", count=100, expired_fraction=1, no_progress=True,
-                 stdout=StringIO(), stderr=StringIO())
+        assert set(
+            Token.objects.filter(pk__in=selection.token_ids).values_list("wallet", flat=True)
+        ) == {selection.wallet}
+    call_command(
+        "seed_locks",
+        count=100,
+        expired_fraction=1,
+        no_progress=True,
+        stdout=StringIO(),
+        stderr=StringIO(),
+    )
     assert TokenLock.objects.expired().count() == 50  # only the 50 unlocked ones were left

@@ -22,8 +22,7 @@ pytestmark = pytest.mark.django_db
 # Text that no row holds: a superscript two (isdigit() but not int()), NUL (PostgreSQL text
 # cannot hold it), emoji, other scripts' digits, numbers beyond every integer column, an index
 # beyond the integer column, very long strings, and a tx_id:index with a bad index.
-NASTY = ["²", "wallet-\x00", "🪙💸", "123456789012345678901234567890", "tx:99999999999",
-         "x" * 3000]
+NASTY = ["²", "wallet-\x00", "🪙💸", "123456789012345678901234567890", "tx:99999999999", "x" * 3000]
 # Admins built on third-party code get the same guard; by default they are tried with one text
 # of each failure kind, and the long variant (`make test-slow`) tries everything everywhere.
 FEW = ["²", "\x00", "x" * 3000]
@@ -41,10 +40,16 @@ def rows(admin_user):
     token = make_token(wallet="alice", tx_id="tx", index=1)
     make_selection([token], "sel-1")
     lock_tokens([make_token(wallet="bob")], spender="raw", ttl=-5)
-    FailedSelection.objects.create(tx_id="f1", wallet="alice", currency="USD", quantity=1,
-                                   outcome=FailedSelection.Outcome.FUNDS_LOCKED)
-    LockAudit.objects.create(user=admin_user, reason="drill", count=1, spender_tx_ids=["sel-1"],
-                             token_ids=[token.pk])
+    FailedSelection.objects.create(
+        tx_id="f1",
+        wallet="alice",
+        currency="USD",
+        quantity=1,
+        outcome=FailedSelection.Outcome.FUNDS_LOCKED,
+    )
+    LockAudit.objects.create(
+        user=admin_user, reason="drill", count=1, spender_tx_ids=["sel-1"], token_ids=[token.pk]
+    )
     HousekeepingRun.objects.create(finished_at=timezone.now())
     ApiKey.objects.create_key(name="backend", wallets=["alice"])
 
@@ -85,16 +90,29 @@ def test_more_text_in_any_search_box_or_filter_finds_nothing(admin_client, rows,
 
 def test_every_changelist_was_tried_with_its_filters_and_search():
     # The parametrisation above must reach the project's and third-party admins alike.
-    assert {"tokens.token", "locks.tokenlock", "locks.selection", "locks.failedselection",
-            "locks.lockaudit", "locks.housekeepingrun", "clients.apikey", "auth.user",
-            "django_celery_beat.periodictask"} <= set(CHANGELISTS)
+    assert {
+        "tokens.token",
+        "locks.tokenlock",
+        "locks.selection",
+        "locks.failedselection",
+        "locks.lockaudit",
+        "locks.housekeepingrun",
+        "clients.apikey",
+        "auth.user",
+        "django_celery_beat.periodictask",
+    } <= set(CHANGELISTS)
 
 
-@pytest.mark.parametrize("params", [{"q": "tx:1"}, {"q": "alice"}, {"wallet": "bob"},
-                                    {"currency": "USD"}, {"state": "expired"}])
+@pytest.mark.parametrize(
+    "params",
+    [{"q": "tx:1"}, {"q": "alice"}, {"wallet": "bob"}, {"currency": "USD"}, {"state": "expired"}],
+)
 def test_ordinary_text_still_finds_its_rows(admin_client, rows, params):
-    url = reverse("admin:locks_tokenlock_changelist" if "wallet" in params or "state" in params
-                  else "admin:tokens_token_changelist")
+    url = reverse(
+        "admin:locks_tokenlock_changelist"
+        if "wallet" in params or "state" in params
+        else "admin:tokens_token_changelist"
+    )
     assert admin_client.get(url, params).context["cl"].result_count >= 1
 
 

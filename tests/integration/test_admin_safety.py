@@ -78,8 +78,7 @@ def mark_unspent(client, tokens, reason=None):
     return client.post(TOKENS, data, follow=reason is not None)
 
 
-def test_a_spent_mark_no_spend_accounts_for_is_corrected_with_an_audit(admin_client,
-                                                                       admin_user):
+def test_a_spent_mark_no_spend_accounts_for_is_corrected_with_an_audit(admin_client, admin_user):
     ghost = make_token(tx_id="g", spent_by="ghost-tx", spent_at=timezone.now())
     confirm = mark_unspent(admin_client, [ghost])
     assert confirm.templates[0].name == "admin/tokens/token/mark_unspent.html"
@@ -91,7 +90,12 @@ def test_a_spent_mark_no_spend_accounts_for_is_corrected_with_an_audit(admin_cli
     assert (ghost.spent_by, ghost.spent_at) == (None, None)
     audit = LockAudit.objects.get()
     assert (audit.action, audit.user, audit.count, audit.token_ids, audit.spender_tx_ids) == (
-        "mark_unspent", admin_user, 1, [ghost.pk], ["ghost-tx"])
+        "mark_unspent",
+        admin_user,
+        1,
+        [ghost.pk],
+        ["ghost-tx"],
+    )
 
 
 def test_tokens_of_a_recorded_spend_are_refused(admin_client):
@@ -112,8 +116,9 @@ def test_tokens_of_a_recorded_spend_are_refused(admin_client):
     assert not LockAudit.objects.exists()
 
 
-def test_a_correction_needs_a_reason_and_the_change_permission(client, admin_client,
-                                                               django_user_model):
+def test_a_correction_needs_a_reason_and_the_change_permission(
+    client, admin_client, django_user_model
+):
     ghost = make_token(tx_id="g", spent_by="ghost-tx", spent_at=timezone.now())
     again = mark_unspent(admin_client, [ghost], reason="  ")
     assert again.context["form"].errors["reason"]
@@ -128,31 +133,48 @@ def test_a_correction_needs_a_reason_and_the_change_permission(client, admin_cli
 
 
 def post_force_release(client, selected, **extra):
-    return client.post(LOCKS, {"action": "force_release",
-                               "_selected_action": [lock.pk for lock in selected], **extra})
+    return client.post(
+        LOCKS,
+        {"action": "force_release", "_selected_action": [lock.pk for lock in selected], **extra},
+    )
 
 
 def take_over(lock: TokenLock, spender: str, fence: int) -> None:
     """Do what a selection does to an expired lock: the token goes to a new holder and fence."""
     now = timezone.now()
     TokenLock.objects.filter(pk=lock.pk).update(
-        spender_tx_id=spender, fence=fence, created_at=now, expires_at=now + timedelta(60))
+        spender_tx_id=spender, fence=fence, created_at=now, expires_at=now + timedelta(60)
+    )
 
 
 def test_force_release_leaves_a_lock_that_changed_hands_since_the_confirmation(admin_client):
     now = timezone.now()
-    stuck, other = (TokenLock.objects.create_for(token, spender_tx_id="dead", fence=5,
-                                             created_at=now - timedelta(seconds=90),
-                                             expires_at=now - timedelta(seconds=30))
-                    for token in make_tokens(2))
+    stuck, other = (
+        TokenLock.objects.create_for(
+            token,
+            spender_tx_id="dead",
+            fence=5,
+            created_at=now - timedelta(seconds=90),
+            expires_at=now - timedelta(seconds=30),
+        )
+        for token in make_tokens(2)
+    )
     confirm = post_force_release(admin_client, [stuck, other])
     shown = confirm.context["locks"]
     assert shown == f"{stuck.pk}:5,{other.pk}:5"
     take_over(stuck, "new-holder", fence=9)
 
-    done = admin_client.post(LOCKS, {
-        "action": "force_release", "_selected_action": [stuck.pk, other.pk], "post": "yes",
-        "reason": "replica died", "locks": shown}, follow=True)
+    done = admin_client.post(
+        LOCKS,
+        {
+            "action": "force_release",
+            "_selected_action": [stuck.pk, other.pk],
+            "post": "yes",
+            "reason": "replica died",
+            "locks": shown,
+        },
+        follow=True,
+    )
     assert TokenLock.objects.get(pk=stuck.pk).spender_tx_id == "new-holder"
     assert not TokenLock.objects.filter(pk=other.pk).exists()
     audit = LockAudit.objects.get()
@@ -162,8 +184,9 @@ def test_force_release_leaves_a_lock_that_changed_hands_since_the_confirmation(a
 
 @pytest.mark.parametrize("confirmed", ["", "1:x", "12", "1:2;3:4"])
 def test_force_release_without_the_confirmed_locks_asks_again(admin_client, confirmed):
-    lock = TokenLock.objects.create_for(make_token(), spender_tx_id="s", fence=3,
-                                    expires_at=timezone.now() + timedelta(60))
+    lock = TokenLock.objects.create_for(
+        make_token(), spender_tx_id="s", fence=3, expires_at=timezone.now() + timedelta(60)
+    )
     page = post_force_release(admin_client, [lock], post="yes", reason="r", locks=confirmed)
     assert page.status_code == 200 and page.context["form"].errors["locks"]
     assert page.context["locks"] == f"{lock.pk}:3"  # shown afresh, to be confirmed again

@@ -36,17 +36,27 @@ def replica():
 
 @pytest.fixture
 def limits(settings):
-    settings.SHERDLOCK_RATE_LIMITS = {"selections_per_key": "5/60s",
-                                      "selections_per_wallet": "2/60s"}
+    settings.SHERDLOCK_RATE_LIMITS = {
+        "selections_per_key": "5/60s",
+        "selections_per_wallet": "2/60s",
+    }
     return settings
 
 
-def fail(wallet: str, count: int, outcome=FailedSelection.Outcome.INSUFFICIENT_FUNDS,
-         quantity: int = 999):
+def fail(
+    wallet: str, count: int, outcome=FailedSelection.Outcome.INSUFFICIENT_FUNDS, quantity: int = 999
+):
     FailedSelection.objects.bulk_create(
-        FailedSelection(tx_id=f"failed-{wallet}-{i}", wallet=wallet, currency="USD",
-                        quantity=quantity, outcome=outcome, lock_conflicts=i)
-        for i in range(count))
+        FailedSelection(
+            tx_id=f"failed-{wallet}-{i}",
+            wallet=wallet,
+            currency="USD",
+            quantity=quantity,
+            outcome=outcome,
+            lock_conflicts=i,
+        )
+        for i in range(count)
+    )
 
 
 def test_the_page_shows_balances_holders_history_and_limits(admin_client, limits):
@@ -69,8 +79,10 @@ def test_the_page_shows_balances_holders_history_and_limits(admin_client, limits
     response = admin_client.get(wallet_url("alice"))
     assert response.status_code == 200
     data = response.context["data"]
-    balances = {b.currency: (b.tokens, b.unspent, b.locked_tokens, b.locked, b.available,
-                             b.expired_locks) for b in data.balances}
+    balances = {
+        b.currency: (b.tokens, b.unspent, b.locked_tokens, b.locked, b.available, b.expired_locks)
+        for b in data.balances
+    }
     assert balances == {"USD": (5, 50, 2, 20, 30, 1), "EUR": (2, 14, 0, 0, 14, 0)}
     assert [s.tx_id for s in data.live] == ["pay-1"]
     live = data.live.rows[0]
@@ -80,10 +92,11 @@ def test_the_page_shows_balances_holders_history_and_limits(admin_client, limits
     assert {s.tx_id: s.lease for s in data.selections} == {"pay-1": "live", "pay-0": "spent"}
     assert [f.tx_id for f in data.failures] == ["failed-alice-0"]
     assert data.bucket.remaining < 1 and not data.bucket.allowed_now
-    assert {state.key.name: state.usable for state in data.keys} == {"backend": True,
-                                                                     "ops": False}
+    assert {state.key.name: state.usable for state in data.keys} == {"backend": True, "ops": False}
     assert {state.key.name: state.bucket.remaining for state in data.keys} == {
-        "backend": 5.0, "ops": 5.0}  # untouched keys' buckets are full
+        "backend": 5.0,
+        "ops": 5.0,
+    }  # untouched keys' buckets are full
     content = response.content.decode()
     assert "insufficient funds for 1,000 USD (30 available now)" in content
     assert "The per-wallet rate limit is spent" in content
@@ -110,14 +123,15 @@ def populate(wallet: str, n: int) -> None:
     tokens = make_tokens(n, wallet=wallet)
     for token in tokens[: n // 2]:
         make_selection([token], f"{wallet}-sel-{token.pk}")
-    lock_tokens(tokens[n // 2:], spender=f"{wallet}-raw", ttl=-5)
+    lock_tokens(tokens[n // 2 :], spender=f"{wallet}-raw", ttl=-5)
     fail(wallet, n)
     for i in range(n):
         ApiKey.objects.create_key(name=f"k{wallet}{i}", wallets=[wallet], can_select=True)
 
 
-def test_the_query_count_does_not_grow_with_the_wallet(admin_client, limits,
-                                                       django_assert_max_num_queries):
+def test_the_query_count_does_not_grow_with_the_wallet(
+    admin_client, limits, django_assert_max_num_queries
+):
     populate("small", 4)
     populate("large", 60)
     admin_client.get(wallet_url("small"))  # warm caches like any running server
@@ -138,8 +152,7 @@ def csrf_client(user) -> Client:
 def post_action(client: Client, wallet: str, **data):
     page = client.get(wallet_url(wallet))
     token = page.context["csrf_token"]
-    return client.post(wallet_url(wallet), {"csrfmiddlewaretoken": str(token), **data},
-                       follow=True)
+    return client.post(wallet_url(wallet), {"csrfmiddlewaretoken": str(token), **data}, follow=True)
 
 
 def messages_of(response) -> list[str]:
@@ -163,8 +176,9 @@ def test_release_and_extend_record_who_did_it(admin_user, replica, settings):
     assert messages_of(response)[0].startswith("pay-e: lease extended until ")
     extend_me.refresh_from_db()
     assert extend_me.expires_at > before + timedelta(seconds=200)
-    assert set(TokenLock.objects.filter(spender_tx_id="pay-e")
-               .values_list("expires_at", flat=True)) == {extend_me.expires_at}
+    assert set(
+        TokenLock.objects.filter(spender_tx_id="pay-e").values_list("expires_at", flat=True)
+    ) == {extend_me.expires_at}
 
     audits = {a.action: a for a in LockAudit.objects.all()}
     assert set(audits) == {"release_selection", "extend_selection"}
@@ -179,8 +193,9 @@ def test_release_and_extend_record_who_did_it(admin_user, replica, settings):
 def test_actions_refuse_what_they_cannot_do_and_write_nothing(admin_user, replica):
     client = csrf_client(admin_user)
     make_selection(make_tokens(1, wallet="erin"), "erin-pay")
-    spent = make_selection(make_tokens(1, wallet="erin"), "erin-spent",
-                           status=Selection.Status.SPENT, lock=False)
+    spent = make_selection(
+        make_tokens(1, wallet="erin"), "erin-spent", status=Selection.Status.SPENT, lock=False
+    )
     make_selection(make_tokens(1, wallet="frank"), "frank-pay")
 
     other = post_action(client, "erin", action="release", tx_id="frank-pay")
@@ -194,8 +209,10 @@ def test_actions_refuse_what_they_cannot_do_and_write_nothing(admin_user, replic
 
     forged = Client(enforce_csrf_checks=True)
     forged.force_login(admin_user)
-    assert forged.post(wallet_url("erin"), {"action": "release",
-                                            "tx_id": "erin-pay"}).status_code == 403
+    assert (
+        forged.post(wallet_url("erin"), {"action": "release", "tx_id": "erin-pay"}).status_code
+        == 403
+    )
     assert TokenLock.objects.filter(spender_tx_id="erin-pay").exists()
 
 
@@ -207,8 +224,9 @@ def test_viewing_and_acting_need_their_permissions(client, django_user_model):
     viewer = django_user_model.objects.create_user("viewer", password="x", is_staff=True)
     client.force_login(viewer)
     assert client.get(url).status_code == 403
-    viewer.user_permissions.add(*Permission.objects.filter(codename__in=[
-        "view_token", "view_tokenlock", "view_selection"]))
+    viewer.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_token", "view_tokenlock", "view_selection"])
+    )
     page = client.get(url)
     assert page.status_code == 200 and not page.context["may_change"]
     assert 'name="release"' not in page.content.decode()
@@ -216,8 +234,20 @@ def test_viewing_and_acting_need_their_permissions(client, django_user_model):
     assert Selection.objects.get(tx_id="gina-pay").status == Selection.Status.LOCKED
 
 
-@pytest.mark.parametrize("wallet", ["a/b", "with space", "100%", "x?y#z&q=1", "émoji 🪙",
-                                    "line\nbreak", "trailing/", "//twice", "-/"])
+@pytest.mark.parametrize(
+    "wallet",
+    [
+        "a/b",
+        "with space",
+        "100%",
+        "x?y#z&q=1",
+        "émoji 🪙",
+        "line\nbreak",
+        "trailing/",
+        "//twice",
+        "-/",
+    ],
+)
 def test_any_issued_wallet_name_has_a_page(admin_client, wallet):
     make_tokens(2, wallet=wallet, quantity=4)
     assert admin_wallet_url(wallet) == wallet_url(wallet)  # the lists' shortcut to reverse()

@@ -44,13 +44,16 @@ def test_supply_rows_come_from_the_summary_with_their_locked_share():
     tokens = make_tokens(5, wallet="alice", currency="USD", quantity=20)
     lock_tokens(tokens[:2])
     CurrencySupply.objects.create(currency="XTS", supply=0)  # issued, all spent since
-    rows = {r.currency: (r.supply, r.locked_tokens, r.locked, r.available)
-            for r in build_dashboard().supply}
+    rows = {
+        r.currency: (r.supply, r.locked_tokens, r.locked, r.available)
+        for r in build_dashboard().supply
+    }
     assert rows == {"USD": (100, 2, 40, 60), "XTS": (0, 0, 0, 0)}
 
 
 def test_the_dashboard_is_the_same_handful_of_queries_whatever_the_data(
-        django_assert_max_num_queries):
+    django_assert_max_num_queries,
+):
     with django_assert_max_num_queries(8) as empty:
         build_dashboard()
     for wallet in ("a", "b", "c"):

@@ -49,10 +49,15 @@ def fresh_replica():
 @pytest.fixture
 def lease(settings):
     """Set the lease and its cap (seconds) for selections made after the call."""
+
     def configure(seconds: float, cap: float = 600.0) -> None:
-        settings.SHERDLOCK = {**settings.SHERDLOCK, "LEASE_SECONDS": seconds,
-                              "MAX_LEASE_SECONDS": cap}
+        settings.SHERDLOCK = {
+            **settings.SHERDLOCK,
+            "LEASE_SECONDS": seconds,
+            "MAX_LEASE_SECONDS": cap,
+        }
         replica.reset()
+
     return configure
 
 
@@ -64,9 +69,11 @@ def expire(tx_id: str) -> None:
     """End the lease of ``tx_id`` now, as if its owner had stopped renewing a minute ago."""
     now = timezone.now()
     TokenLock.objects.filter(spender_tx_id=tx_id).update(
-        created_at=now - timedelta(minutes=2), expires_at=now - timedelta(minutes=1))
+        created_at=now - timedelta(minutes=2), expires_at=now - timedelta(minutes=1)
+    )
     Selection.objects.filter(tx_id=tx_id).update(
-        created_at=now - timedelta(minutes=2), expires_at=now - timedelta(minutes=1))
+        created_at=now - timedelta(minutes=2), expires_at=now - timedelta(minutes=1)
+    )
 
 
 def counter(kind: str) -> float:
@@ -78,6 +85,7 @@ def outputs_for(tx_id: str, quantity: int) -> list[TokenSpec]:
 
 
 # -- what is removed ---------------------------------------------------------------------------
+
 
 def test_expired_locks_are_removed_and_live_ones_kept():
     stale, other_stale, live = make_tokens(3)
@@ -105,8 +113,9 @@ def test_locks_of_spent_tokens_are_purged_once_older_than_grace():
     for fence, token in enumerate((long_spent, just_spent, unspent), 1):
         make_lock(token, f"tx-{fence}", fence=fence, ttl=60)  # leases still running
     now = timezone.now()
-    Token.objects.filter(pk=long_spent.pk).update(spent_by="tx-1",
-                                                  spent_at=now - timedelta(seconds=30))
+    Token.objects.filter(pk=long_spent.pk).update(
+        spent_by="tx-1", spent_at=now - timedelta(seconds=30)
+    )
     Token.objects.filter(pk=just_spent.pk).update(spent_by="tx-2", spent_at=now)
     run = run_housekeeping(grace_seconds=5)
     assert (run.spent_removed, run.expired_removed) == (1, 0)
@@ -118,8 +127,12 @@ def test_each_statement_removes_at_most_a_batch():
         make_lock(token, ttl=-60)
     batches: list[tuple[str, int]] = []
     with CaptureQueriesContext(connection) as queries:
-        run = run_housekeeping(batch_size=2, max_batches=10, grace_seconds=0,
-                               progress=lambda kind, n: batches.append((kind, n)))
+        run = run_housekeeping(
+            batch_size=2,
+            max_batches=10,
+            grace_seconds=0,
+            progress=lambda kind, n: batches.append((kind, n)),
+        )
     assert [n for kind, n in batches if kind == "expired"] == [2, 2, 1]
     deletes = [q["sql"] for q in queries if "DELETE FROM locks_tokenlock" in q["sql"]]
     assert len(deletes) == 4  # one spent batch (empty) and three expired ones
@@ -134,8 +147,15 @@ def test_a_batch_stays_a_batch_whatever_the_plan(plan):
     # (PostgreSQL then deletes all five rows in one statement).
     for token in make_tokens(5):
         make_lock(token, ttl=-60)
-    settings = ("enable_hashjoin", "enable_mergejoin", "enable_material", "enable_hashagg",
-                "enable_sort", "enable_indexscan", "enable_bitmapscan")
+    settings = (
+        "enable_hashjoin",
+        "enable_mergejoin",
+        "enable_material",
+        "enable_hashagg",
+        "enable_sort",
+        "enable_indexscan",
+        "enable_bitmapscan",
+    )
     with connection.cursor() as cursor:
         if plan != "default":
             for name in settings:
@@ -166,6 +186,7 @@ def test_bad_arguments_are_refused():
 
 # -- single runner -----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("level", ["session", "transaction"])
 def test_a_second_housekeeper_skips_while_the_guard_is_held(db_url, level):
     token = make_token()
@@ -192,8 +213,9 @@ def holder_has_gone(db_url: str, pid: int, timeout: float = 10.0) -> None:
     releases them as it exits, a moment after the client closed it)."""
     deadline = time.monotonic() + timeout
     with psycopg.connect(db_url, autocommit=True) as other:
-        while other.execute("SELECT 1 FROM pg_locks WHERE pid = %s AND locktype = 'advisory'",
-                            [pid]).fetchone():
+        while other.execute(
+            "SELECT 1 FROM pg_locks WHERE pid = %s AND locktype = 'advisory'", [pid]
+        ).fetchone():
             assert time.monotonic() < deadline, "the closed session still holds its locks"
             time.sleep(0.01)
 
@@ -208,6 +230,7 @@ def test_the_guard_is_held_between_batches_while_each_delete_commits(db_url):
         make_lock(token, ttl=-60)
     seen: list[tuple[bool, int]] = []
     with psycopg.connect(db_url, autocommit=True) as other:
+
         def probe(kind: str, removed: int) -> None:
             taken = other.execute("SELECT pg_try_advisory_lock(%s)", [GUARD_KEY]).fetchone()[0]
             # Another session already sees this batch's deletes: they were committed.
@@ -224,11 +247,17 @@ def test_the_guard_is_released_after_a_pass_and_after_a_failure(db_url, monkeypa
     assert guard_is_free(db_url)
     token = make_token()
     make_lock(token, ttl=-60)
-    monkeypatch.setattr("locks.housekeeping.PASSES", (
-        ("expired", "DELETE FROM locks_tokenlock WHERE expires_at < now() - %(grace)s * "
-                    "interval '1 second' AND %(limit)s > 0"),
-        ("spent", "SELECT no_such_function()"),
-    ))
+    monkeypatch.setattr(
+        "locks.housekeeping.PASSES",
+        (
+            (
+                "expired",
+                "DELETE FROM locks_tokenlock WHERE expires_at < now() - %(grace)s * "
+                "interval '1 second' AND %(limit)s > 0",
+            ),
+            ("spent", "SELECT no_such_function()"),
+        ),
+    )
     started = HousekeepingRun.objects.count()
     with pytest.raises(Exception, match="no_such_function"):
         run_housekeeping(grace_seconds=0)
@@ -240,12 +269,14 @@ def test_the_guard_is_released_after_a_pass_and_after_a_failure(db_url, monkeypa
 
 # -- what is recorded --------------------------------------------------------------------------
 
+
 def test_counts_are_recorded_exported_and_logged(caplog):
     caplog.set_level(logging.INFO, logger="locks.housekeeping")
     spent, expired = make_tokens(2)
     make_lock(spent, "tx-s", ttl=60)
-    Token.objects.filter(pk=spent.pk).update(spent_by="tx-s",
-                                             spent_at=timezone.now() - timedelta(minutes=1))
+    Token.objects.filter(pk=spent.pk).update(
+        spent_by="tx-s", spent_at=timezone.now() - timedelta(minutes=1)
+    )
     make_lock(expired, "tx-e", fence=2, ttl=-60)
     before = {kind: counter(kind) for kind in ("expired", "spent")}
     started = time.time()
@@ -255,8 +286,10 @@ def test_counts_are_recorded_exported_and_logged(caplog):
     assert counter("expired") == before["expired"] + 1
     assert counter("spent") == before["spent"] + 1
     assert REGISTRY.get_sample_value("sherdlock_housekeeping_last_run_timestamp") >= started
-    assert ("housekeeping removed 1 expired and 1 spent lock(s) and 0 idle rate-limit "
-            "bucket(s) in 3 batch(es)") in caplog.text
+    assert (
+        "housekeeping removed 1 expired and 1 spent lock(s) and 0 idle rate-limit "
+        "bucket(s) in 3 batch(es)"
+    ) in caplog.text
 
 
 def test_the_task_and_the_command_run_one_pass():
@@ -265,8 +298,12 @@ def test_the_task_and_the_command_run_one_pass():
     make_lock(make_token(), ttl=-60)
     assert housekeeping.name == "locks.housekeeping" and housekeeping.ignore_result
     assert housekeeping.expires and housekeeping.expires > 0
-    assert housekeeping.apply().get() == {"expired": 1, "spent": 0, "rate_buckets": 0,
-                                          "skipped": False}
+    assert housekeeping.apply().get() == {
+        "expired": 1,
+        "spent": 0,
+        "rate_buckets": 0,
+        "skipped": False,
+    }
     for token in make_tokens(3):
         make_lock(token, ttl=-60)
     out = io.StringIO()
@@ -297,6 +334,7 @@ def test_the_migration_schedules_the_task_once_and_can_be_reversed(settings):
 
 
 # -- leases and fencing ------------------------------------------------------------------------
+
 
 def test_a_stale_holder_whose_tokens_were_taken_over_cannot_spend():
     (token,) = make_tokens(1, quantity=10)
@@ -359,8 +397,7 @@ def test_selections_whose_locks_were_removed_still_behave():
     outputs = outputs_for("tx-spent", 5)
     spend_selection("tx-spent", outputs)
     expire("tx-gone")
-    Token.objects.filter(spent_by="tx-spent").update(
-        spent_at=timezone.now() - timedelta(minutes=1))
+    Token.objects.filter(spent_by="tx-spent").update(spent_at=timezone.now() - timedelta(minutes=1))
     # Readers are told the truth before housekeeping settles it...
     assert get_selection("tx-gone").reported_status == Selection.Status.EXPIRED
     assert not Selection.objects.reported(Selection.Status.LOCKED).filter(tx_id="tx-gone")
@@ -377,9 +414,12 @@ def test_selections_whose_locks_were_removed_still_behave():
     assert release_selection("tx-gone").locks_removed == 0
     repeat = spend_selection("tx-spent", outputs)  # a repeated spend still answers
     assert (repeat.selection.pk, repeat.changed) == (
-        Selection.objects.get(tx_id="tx-spent").pk, False)
-    assert [(t.index, t.quantity) for t in repeat.outputs] == [(o.index, o.quantity)
-                                                                for o in outputs]
+        Selection.objects.get(tx_id="tx-spent").pk,
+        False,
+    )
+    assert [(t.index, t.quantity) for t in repeat.outputs] == [
+        (o.index, o.quantity) for o in outputs
+    ]
     with pytest.raises(AlreadySpent):
         release_selection("tx-spent")
 
@@ -393,8 +433,14 @@ def test_history_older_than_the_retention_is_pruned(settings):
     for started in (old, old, recent):
         HousekeepingRun.objects.create(started_at=started, finished_at=started)
     for created in (old, recent):
-        FailedSelection.objects.create(created_at=created, tx_id="t", wallet="w", currency="USD",
-                                       quantity=1, outcome="funds_locked")
+        FailedSelection.objects.create(
+            created_at=created,
+            tx_id="t",
+            wallet="w",
+            currency="USD",
+            quantity=1,
+            outcome="funds_locked",
+        )
     run_housekeeping(batch_size=1)
     kept = HousekeepingRun.objects.exclude(pk=HousekeepingRun.objects.latest("started_at").pk)
     assert [r.started_at for r in kept] == [recent]

@@ -63,8 +63,9 @@ def test_waits_for_a_takeover_without_holding_a_higher_row(db_url, operation):
     with connection.cursor() as cursor:
         # A new version of the lower row goes after the higher one: a sequential scan now
         # meets the higher token first.
-        cursor.execute("UPDATE locks_tokenlock SET created_at = created_at WHERE token_id = %s",
-                       [low])
+        cursor.execute(
+            "UPDATE locks_tokenlock SET created_at = created_at WHERE token_id = %s", [low]
+        )
         cursor.execute("SELECT token_id FROM locks_tokenlock ORDER BY ctid")
         assert [row[0] for row in cursor.fetchall()] == [high, low]
     taker = psycopg.connect(db_url, autocommit=True)

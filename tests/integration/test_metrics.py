@@ -65,7 +65,8 @@ def test_a_repeated_request_is_not_counted_again(client):
     before = scrape(client)
     services.select_tokens("metered-3", "metered", "USD", 5)  # answered from the selection
     assert value(scrape(client), "sherdlock_selections_total", outcome="success") == value(
-        before, "sherdlock_selections_total", outcome="success")
+        before, "sherdlock_selections_total", outcome="success"
+    )
 
 
 def test_record_selection_adds_the_work_of_its_stats(client):
@@ -73,14 +74,23 @@ def test_record_selection_adds_the_work_of_its_stats(client):
     stats = SelectionStats(lock_attempts=4, lock_conflicts=3, fetches=2, cache_hits=1, rounds=3)
     metrics.record_selection(0.2, "funds_locked", stats)
     after = scrape(client)
-    for name, grown in [("sherdlock_lock_attempts_total", 4), ("sherdlock_lock_conflicts_total", 3),
-                        ("sherdlock_fetches_total", 2), ("sherdlock_cache_hits_total", 1),
-                        ("sherdlock_selection_retries_total", 2)]:
+    for name, grown in [
+        ("sherdlock_lock_attempts_total", 4),
+        ("sherdlock_lock_conflicts_total", 3),
+        ("sherdlock_fetches_total", 2),
+        ("sherdlock_cache_hits_total", 1),
+        ("sherdlock_selection_retries_total", 2),
+    ]:
         assert value(after, name) - value(before, name) == grown, name
-    assert value(after, "sherdlock_selection_duration_seconds_bucket",
-                 outcome="funds_locked", le="0.25") - value(
-        before, "sherdlock_selection_duration_seconds_bucket",
-        outcome="funds_locked", le="0.25") == 1
+    assert (
+        value(
+            after, "sherdlock_selection_duration_seconds_bucket", outcome="funds_locked", le="0.25"
+        )
+        - value(
+            before, "sherdlock_selection_duration_seconds_bucket", outcome="funds_locked", le="0.25"
+        )
+        == 1
+    )
 
 
 def test_multiprocess_mode_reads_the_shared_directory(client, monkeypatch, tmp_path):

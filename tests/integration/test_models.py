@@ -17,8 +17,9 @@ def test_second_lock_row_for_same_token_is_rejected_by_postgres():
     token = make_token()
     make_lock(token, "tx-a")
     with pytest.raises(IntegrityError), transaction.atomic():
-        TokenLock.objects.create_for(token, spender_tx_id="tx-b", fence=2,
-                                 expires_at=TokenLock.objects.get().expires_at)
+        TokenLock.objects.create_for(
+            token, spender_tx_id="tx-b", fence=2, expires_at=TokenLock.objects.get().expires_at
+        )
     assert TokenLock.objects.get().spender_tx_id == "tx-a"
 
 
@@ -84,8 +85,9 @@ def test_deleting_a_token_removes_its_lock():
 
 def test_selection_fences_come_from_a_strictly_increasing_sequence():
     fences = [
-        Selection.objects.create(tx_id=f"tx-{i}", wallet="w", currency="USD", quantity=1,
-                                 total=1).fence
+        Selection.objects.create(
+            tx_id=f"tx-{i}", wallet="w", currency="USD", quantity=1, total=1
+        ).fence
         for i in range(3)
     ]
     assert fences == sorted(fences) and len(set(fences)) == 3
@@ -95,7 +97,8 @@ def test_partial_index_covers_the_candidate_query():
     """Unspent tokens of (wallet, currency) in id order, quantity included, spent ones left out."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT indexdef FROM pg_indexes WHERE indexname = 'token_unspent_by_wallet'")
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'token_unspent_by_wallet'"
+        )
         (definition,) = cursor.fetchone()
     assert "(wallet, currency, id) INCLUDE (quantity)" in definition
     assert definition.endswith("WHERE (spent_at IS NULL)")

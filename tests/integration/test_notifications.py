@@ -85,11 +85,16 @@ def ids(tokens) -> list[int]:
 
 # -- what the triggers publish -----------------------------------------------------------------
 
+
 def test_one_statement_sends_one_issued_notification_per_key(listen):
-    issued, _ = issue_tokens([
-        TokenSpec("tx-1", 0, "alice", "USD", 10), TokenSpec("tx-1", 1, "bob", "USD", 3),
-        TokenSpec("tx-1", 2, "alice", "USD", 7), TokenSpec("tx-1", 3, "alice", "EUR", 1),
-    ])
+    issued, _ = issue_tokens(
+        [
+            TokenSpec("tx-1", 0, "alice", "USD", 10),
+            TokenSpec("tx-1", 1, "bob", "USD", 3),
+            TokenSpec("tx-1", 2, "alice", "USD", 7),
+            TokenSpec("tx-1", 3, "alice", "EUR", 1),
+        ]
+    )
     alice_usd = [t for t in issued if (t.wallet, t.currency) == ("alice", "USD")]
     assert listen() == [
         {"event": "issued", "wallet": "alice", "currency": "EUR", "tokens": pairs(issued[3:])},
@@ -105,7 +110,8 @@ def test_nothing_is_published_before_commit_nor_after_rollback(listen):
         token = make_token()
         assert listen() == []  # written, not committed: no one may hear of it yet
     assert listen() == [
-        {"event": "issued", "wallet": "alice", "currency": "USD", "tokens": pairs([token])}]
+        {"event": "issued", "wallet": "alice", "currency": "USD", "tokens": pairs([token])}
+    ]
     with pytest.raises(RuntimeError), transaction.atomic():
         make_tokens(3)
         raise RuntimeError("roll back")
@@ -117,7 +123,8 @@ def test_spend_then_change_are_published_in_order(listen):
     listen()
     with transaction.atomic():
         Token.objects.filter(pk__in=ids(tokens[:2])).update(
-            spent_by="tx-s", spent_at=timezone.now())
+            spent_by="tx-s", spent_at=timezone.now()
+        )
         change = make_token(quantity=5, tx_id="tx-s")
     assert listen() == [
         {"event": "spent", "wallet": "alice", "currency": "USD", "ids": ids(tokens[:2])},
@@ -147,13 +154,25 @@ def test_store_statements_publish_locks_and_releases(listen, store):
 
     tried = store.try_lock(Claim("tx-2", KEY, 1, 2), fetched.spare[:2] + fetched.granted[:1])
     assert len(tried.granted) == 2  # the one tx-1 holds is not granted, and not announced
-    assert listen() == [{"event": "locked", "wallet": "alice", "currency": "USD",
-                         "ids": sorted(c.token_id for c in tried.granted)}]
+    assert listen() == [
+        {
+            "event": "locked",
+            "wallet": "alice",
+            "currency": "USD",
+            "ids": sorted(c.token_id for c in tried.granted),
+        }
+    ]
 
     assert store.unlock("tx-1", 1) == 2
     by_id = {t.pk: t for t in tokens}
-    assert listen() == [{"event": "released", "wallet": "alice", "currency": "USD",
-                         "tokens": pairs(by_id[i] for i in granted)}]
+    assert listen() == [
+        {
+            "event": "released",
+            "wallet": "alice",
+            "currency": "USD",
+            "tokens": pairs(by_id[i] for i in granted),
+        }
+    ]
 
 
 def test_statements_that_change_nothing_publish_nothing(listen, store):
@@ -172,8 +191,9 @@ def test_taking_over_an_expired_lock_is_published_as_locked(listen, store):
     expired, free = make_tokens(2, quantity=3)
     make_lock(expired, "crashed", ttl=-10)
     listen()
-    outcome = store.try_lock(Claim("tx", KEY, 1, 5),
-                             [Candidate(expired.pk, 3), Candidate(free.pk, 3)])
+    outcome = store.try_lock(
+        Claim("tx", KEY, 1, 5), [Candidate(expired.pk, 3), Candidate(free.pk, 3)]
+    )
     assert len(outcome.granted) == 2
     # ON CONFLICT DO UPDATE fires the INSERT and the UPDATE statement triggers.
     received = listen()
@@ -215,8 +235,12 @@ def test_a_group_too_big_for_one_payload_becomes_an_overflow(listen):
     Token.objects.update(spent_by="x", spent_at=timezone.now())
     spent_small, spent_big = listen()
     assert spent_small["event"] == "spent" and len(spent_small["ids"]) == 100
-    assert spent_big == {"event": "overflow", "wallet": "w" * 128, "currency": "USD",
-                         "cause": "spent"}  # 1500 ids of 4+ digits: over 8000 bytes
+    assert spent_big == {
+        "event": "overflow",
+        "wallet": "w" * 128,
+        "currency": "USD",
+        "cause": "spent",
+    }  # 1500 ids of 4+ digits: over 8000 bytes
 
 
 def test_the_size_limit_counts_bytes_not_characters(listen):
@@ -227,18 +251,25 @@ def test_the_size_limit_counts_bytes_not_characters(listen):
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT char_length(json_build_object('event', 'issued', 'wallet', %s,"
-                " 'currency', 'USD', 'tokens', ''::text)::text)", [wallet])
+                " 'currency', 'USD', 'tokens', ''::text)::text)",
+                [wallet],
+            )
             padding = 7990 - cursor.fetchone()[0]
             cursor.execute(
                 "SELECT sherdlock_publish('issued', %s, 'USD', 'tokens', to_json(%s::text))",
-                [wallet, "x" * padding])
+                [wallet, "x" * padding],
+            )
 
     publish("e" * 128)
     publish("€" * 128)
     fits, overflow = listen()
     assert fits["event"] == "issued" and fits["wallet"] == "e" * 128
-    assert overflow == {"event": "overflow", "wallet": "€" * 128, "currency": "USD",
-                        "cause": "issued"}
+    assert overflow == {
+        "event": "overflow",
+        "wallet": "€" * 128,
+        "currency": "USD",
+        "cause": "issued",
+    }
 
 
 def test_publishing_can_be_switched_off_per_session_or_database(listen):
@@ -256,8 +287,10 @@ def test_publishing_can_be_switched_off_per_session_or_database(listen):
 
 def test_the_migration_reverses_to_nothing():
     migration = importlib.import_module("locks.migrations.0003_change_notifications")
-    count = ("SELECT (SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'sherdlock%'),"
-             " (SELECT count(*) FROM pg_proc WHERE proname LIKE 'sherdlock%')")
+    count = (
+        "SELECT (SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'sherdlock%'),"
+        " (SELECT count(*) FROM pg_proc WHERE proname LIKE 'sherdlock%')"
+    )
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(count)
         assert cursor.fetchone() == (len(migration.TRIGGERS), len(migration.FUNCTION_SIGNATURES))
@@ -269,6 +302,7 @@ def test_the_migration_reverses_to_nothing():
 
 
 # -- how a listener applies them ---------------------------------------------------------------
+
 
 @pytest.fixture
 def cache() -> TokenCache:
@@ -318,9 +352,13 @@ def test_overflow_drops_the_key_and_reset_or_garbage_drops_everything(cache, lis
     assert cache.peek(KEY) == [] and cache.peek(other) == [Candidate(2, 1)]
     assert sample("sherdlock_listener_invalidations_total", scope="key") == before + 1
 
-    for payload in ('{"event": "reset"}', "not json", '{"event": "moved"}',
-                    '{"event": "issued", "wallet": "bob", "currency": "USD", "tokens": [[3]]}',
-                    '{"event": "spent", "wallet": "bob", "currency": "USD", "ids": ["x"]}'):
+    for payload in (
+        '{"event": "reset"}',
+        "not json",
+        '{"event": "moved"}',
+        '{"event": "issued", "wallet": "bob", "currency": "USD", "tokens": [[3]]}',
+        '{"event": "spent", "wallet": "bob", "currency": "USD", "ids": ["x"]}',
+    ):
         cache.put(other, [Candidate(2, 1)])
         listener.apply(payload)
         assert len(cache) == 0, payload

@@ -19,9 +19,21 @@ from tests.factories import make_tokens
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # Parameters of a recording fetch, in the order ``common.db.native`` numbers them.
-CALL = {"fence": None, "namespace": "", "tx_id": "a-new-tx", "wallet": "alice",
-        "currency": "USD", "limit": 16, "need": 5, "lease": 60.0, "quantity": 5,
-        "held_total": 0, "held_ids": [], "held_expiry": None, "token_ids": []}
+CALL = {
+    "fence": None,
+    "namespace": "",
+    "tx_id": "a-new-tx",
+    "wallet": "alice",
+    "currency": "USD",
+    "limit": 16,
+    "need": 5,
+    "lease": 60.0,
+    "quantity": 5,
+    "held_total": 0,
+    "held_ids": [],
+    "held_expiry": None,
+    "token_ids": [],
+}
 
 
 def nodes(plan: dict):
@@ -61,11 +73,17 @@ def _literal(value) -> str:
 def test_the_tx_id_gate_looks_tokens_up_by_identity_under_a_generic_plan(fetch):
     # 3000 tokens issued under one tx id: the average tx id "has" thousands of tokens.
     make_tokens(3000, wallet="alice", quantity=1)
-    statement = locking.LOCK_STATEMENTS[locking.LockStatement(fetch=fetch, record=True,
-                                                              durable=True)]
+    statement = locking.LOCK_STATEMENTS[
+        locking.LockStatement(fetch=fetch, record=True, durable=True)
+    ]
     plan = generic_plan(statement)
-    by_tx_id = [n for n in plan if n.get("Relation Name") == "tokens_token"
-                and "tx_id" in n.get("Index Cond", "") + n.get("Filter", "")]
+    by_tx_id = [
+        n
+        for n in plan
+        if n.get("Relation Name") == "tokens_token"
+        and "tx_id" in n.get("Index Cond", "") + n.get("Filter", "")
+    ]
     assert by_tx_id, "the plan looks the tx id up in the token table"
     assert [(n["Node Type"], n.get("Index Name")) for n in by_tx_id] == [
-        ("Index Only Scan", "token_identity_unique")]
+        ("Index Only Scan", "token_identity_unique")
+    ]

@@ -20,8 +20,10 @@ KEY_RATE, WALLET_RATE = Rate(5, 60.0), Rate(3, 600.0)
 
 @pytest.fixture(autouse=True)
 def limits(settings):
-    settings.SHERDLOCK_RATE_LIMITS = {"selections_per_key": "5/60s",
-                                      "selections_per_wallet": "3/600s"}
+    settings.SHERDLOCK_RATE_LIMITS = {
+        "selections_per_key": "5/60s",
+        "selections_per_wallet": "3/600s",
+    }
     replica.reset()
     yield settings
     replica.reset()
@@ -29,7 +31,8 @@ def limits(settings):
 
 def idle(key: str, seconds: float) -> None:
     RateBucket.objects.filter(key=key).update(
-        updated_at=F("updated_at") - timedelta(seconds=seconds))
+        updated_at=F("updated_at") - timedelta(seconds=seconds)
+    )
 
 
 def buckets() -> set[str]:
@@ -37,13 +40,19 @@ def buckets() -> set[str]:
 
 
 def removed_counter() -> float:
-    return REGISTRY.get_sample_value("sherdlock_housekeeping_deleted_total",
-                                     {"kind": "rate_buckets"}) or 0.0
+    return (
+        REGISTRY.get_sample_value("sherdlock_housekeeping_deleted_total", {"kind": "rate_buckets"})
+        or 0.0
+    )
 
 
 def test_buckets_idle_for_their_own_period_go_and_the_others_stay():
-    for key in ("selections_per_key:k-old", "selections_per_key:k-30s",
-                "selections_per_wallet:w-old", "selections_per_wallet:w-300s"):
+    for key in (
+        "selections_per_key:k-old",
+        "selections_per_key:k-30s",
+        "selections_per_wallet:w-old",
+        "selections_per_wallet:w-300s",
+    ):
         consume({key: KEY_RATE if "key" in key else WALLET_RATE})
     idle("selections_per_key:k-old", 61)  # a 60 s bucket idle 61 s: full again
     idle("selections_per_key:k-30s", 30)
@@ -67,9 +76,11 @@ def test_a_removed_bucket_is_exactly_a_full_one():
     run_housekeeping()
     assert buckets() == set()
     # What a client gets next is what a never-seen wallet gets.
-    assert [consume({"selections_per_wallet:busy": rate})[0] for _ in range(4)] == [
-        consume({"selections_per_wallet:fresh": rate})[0] for _ in range(4)] == [
-        True, True, True, False]
+    assert (
+        [consume({"selections_per_wallet:busy": rate})[0] for _ in range(4)]
+        == [consume({"selections_per_wallet:fresh": rate})[0] for _ in range(4)]
+        == [True, True, True, False]
+    )
 
 
 def test_removal_goes_in_bounded_batches():
@@ -78,8 +89,9 @@ def test_removal_goes_in_bounded_batches():
         consume({key: KEY_RATE})
         idle(key, 700)
     seen = []
-    first = run_housekeeping(batch_size=2, max_batches=2,
-                             progress=lambda kind, n: seen.append((kind, n)))
+    first = run_housekeeping(
+        batch_size=2, max_batches=2, progress=lambda kind, n: seen.append((kind, n))
+    )
     assert first.buckets_removed == 4 and len(buckets()) == 1
     assert [n for kind, n in seen if kind == "rate_buckets"] == [2, 2]
     assert run_housekeeping(batch_size=2, max_batches=2).buckets_removed == 1
@@ -87,8 +99,10 @@ def test_removal_goes_in_bounded_batches():
 
 
 def test_a_sharded_bucket_is_reported_whole_and_pruned_shard_by_shard(limits):
-    limits.SHERDLOCK_RATE_LIMITS = {"selections_per_key": "5/60s",
-                                    "selections_per_wallet": "400/60s"}
+    limits.SHERDLOCK_RATE_LIMITS = {
+        "selections_per_key": "5/60s",
+        "selections_per_wallet": "400/60s",
+    }
     rate = Rate(400, 60.0)  # 8 shards of 50
     for _ in range(20):
         consume({"selections_per_wallet:hot": rate})

@@ -18,11 +18,20 @@ def seed(**options):
 
 
 def test_seed_creates_the_requested_tokens():
-    out, _ = seed(wallets=3, tokens_per_wallet=50, currency="EUR", min_quantity=5,
-                  max_quantity=5, no_progress=True)
+    out, _ = seed(
+        wallets=3,
+        tokens_per_wallet=50,
+        currency="EUR",
+        min_quantity=5,
+        max_quantity=5,
+        no_progress=True,
+    )
     assert Token.objects.filter(currency="EUR").count() == 150
     assert set(Token.objects.values_list("wallet", flat=True)) == {
-        "wallet-0", "wallet-1", "wallet-2"}
+        "wallet-0",
+        "wallet-1",
+        "wallet-2",
+    }
     assert Token.objects.aggregate(s=Sum("quantity"))["s"] == 750
     assert Token.objects.unspent().count() == 150
     assert "created 150 tokens" in out
@@ -43,13 +52,16 @@ def test_seed_spans_copy_chunks(monkeypatch, capsys):
     assert "20.0/20.0" in capsys.readouterr().err  # the progress bar reached the end
 
 
-@pytest.mark.parametrize("options", [
-    {"wallets": 0},
-    {"min_quantity": 0},
-    {"min_quantity": 10, "max_quantity": 5},
-    {"max_quantity": 2**64},
-    {"currency": ""},
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"wallets": 0},
+        {"min_quantity": 0},
+        {"min_quantity": 10, "max_quantity": 5},
+        {"max_quantity": 2**64},
+        {"currency": ""},
+    ],
+)
 def test_seed_rejects_bad_options(options):
     with pytest.raises(CommandError):
         seed(no_progress=True, **options)

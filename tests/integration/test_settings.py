@@ -23,9 +23,16 @@ def test_sqlite_url_is_refused_with_a_clear_error():
 def test_process_refuses_to_start_on_sqlite():
     result = subprocess.run(
         [sys.executable, "-c", "import django; django.setup()"],
-        env={"DATABASE_URL": "sqlite:///tmp.sqlite3", "DJANGO_SETTINGS_MODULE": "config.settings",
-             "PATH": "/usr/bin:/bin", "SHERDLOCK_DATA_DIR": str(ROOT / ".data")},
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={
+            "DATABASE_URL": "sqlite:///tmp.sqlite3",
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "PATH": "/usr/bin:/bin",
+            "SHERDLOCK_DATA_DIR": str(ROOT / ".data"),
+        },
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode != 0
     assert "supports PostgreSQL only" in result.stderr
@@ -41,8 +48,11 @@ def test_postgres_url_is_used_as_given():
 
 # -- behind a transaction-pooling proxy --------------------------------------------------------
 
-@pytest.mark.parametrize("value,mode", [(None, "session"), ("", "session"),
-                                        ("Session", "session"), (" transaction ", "transaction")])
+
+@pytest.mark.parametrize(
+    "value,mode",
+    [(None, "session"), ("", "session"), ("Session", "session"), (" transaction ", "transaction")],
+)
 def test_pooling_is_session_unless_told_transaction(value, mode):
     assert database_pooling(value) == mode
 
@@ -89,19 +99,32 @@ def test_statements_are_never_prepared_behind_a_transaction_pool():
 
 def _setup(**env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", "import django; django.setup(); from django.conf import settings;"
-                               " print(settings.SHERDLOCK['PREPARE_THRESHOLD'],"
-                               " settings.DATABASES['default']['DISABLE_SERVER_SIDE_CURSORS'])"],
-        env={"DJANGO_SETTINGS_MODULE": "config.settings", "PATH": "/usr/bin:/bin",
-             "SHERDLOCK_DATA_DIR": str(ROOT / ".data"), **env},
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); from django.conf import settings;"
+            " print(settings.SHERDLOCK['PREPARE_THRESHOLD'],"
+            " settings.DATABASES['default']['DISABLE_SERVER_SIDE_CURSORS'])",
+        ],
+        env={
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "PATH": "/usr/bin:/bin",
+            "SHERDLOCK_DATA_DIR": str(ROOT / ".data"),
+            **env,
+        },
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
 def test_a_process_configured_for_a_transaction_pool_never_prepares():
-    result = _setup(DATABASE_URL="postgres://u@127.0.0.1:1/prod",
-                    DATABASE_POOLING="transaction",
-                    DATABASE_DIRECT_URL="postgres://u@127.0.0.1:2/prod")
+    result = _setup(
+        DATABASE_URL="postgres://u@127.0.0.1:1/prod",
+        DATABASE_POOLING="transaction",
+        DATABASE_DIRECT_URL="postgres://u@127.0.0.1:2/prod",
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["None", "True"]
 

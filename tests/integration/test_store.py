@@ -147,7 +147,8 @@ def _wait_until_blocked(observer: psycopg.Connection, pid: int, timeout: float =
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         row = observer.execute(
-            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
         if row and row[0] == "Lock":
             return
         time.sleep(0.01)
@@ -188,18 +189,35 @@ def test_lock_committed_after_the_candidate_snapshot_is_reported_not_locked(db_u
 
         def run_fetch() -> None:
             try:
-                result["row"] = replica.execute(FETCH, {
-                    "wallet": "alice", "currency": "USD", "tx_id": "tx-replica", "fence": 2,
-                    "need": 10, "limit": 8, "lease": 30.0}).fetchone()
+                result["row"] = replica.execute(
+                    FETCH,
+                    {
+                        "wallet": "alice",
+                        "currency": "USD",
+                        "tx_id": "tx-replica",
+                        "fence": 2,
+                        "need": 10,
+                        "limit": 8,
+                        "lease": 30.0,
+                    },
+                ).fetchone()
             except Exception as exc:  # surfaced by the assertion below
                 result["error"] = exc
 
         worker = threading.Thread(target=run_fetch)
         worker.start()
         _wait_until_blocked(observer, replica.info.backend_pid)
-        granted = other.execute(TRY_LOCK, {
-            "token_ids": [token.pk], "tx_id": "tx-other", "fence": 1, "lease": 30.0,
-            "wallet": "alice", "currency": "USD"}).fetchone()
+        granted = other.execute(
+            TRY_LOCK,
+            {
+                "token_ids": [token.pk],
+                "tx_id": "tx-other",
+                "fence": 1,
+                "lease": 30.0,
+                "wallet": "alice",
+                "currency": "USD",
+            },
+        ).fetchone()
         assert granted[1] == [token.pk]
         admin.execute("COMMIT")  # open the gate
         worker.join(10)
@@ -227,7 +245,8 @@ def test_stale_cache_cannot_lock_a_token_whose_spend_is_in_flight_or_committed(d
         spender.execute("SELECT id FROM tokens_token WHERE id = %s FOR UPDATE", (token.pk,))
         spender.execute(
             "UPDATE tokens_token SET spent_by = 'tx-spend', spent_at = now() WHERE id = %s",
-            (token.pk,))
+            (token.pk,),
+        )
         # A spend that also removes the lock row: the insert must still refuse the token.
         spender.execute("DELETE FROM locks_tokenlock WHERE token_id = %s", (token.pk,))
         started = time.monotonic()
@@ -245,7 +264,8 @@ def test_expired_lease_of_a_spent_token_is_never_taken_over(db_url):
     token = make_token(quantity=10)
     make_lock(token, "tx-spend", ttl=-5)
     Token.objects.filter(pk=token.pk).update(
-        spent_by="tx-spend", spent_at=timezone.now() - timedelta(seconds=1))
+        spent_by="tx-spend", spent_at=timezone.now() - timedelta(seconds=1)
+    )
     store = PostgresTokenStore(lease=30)
     assert store.try_lock(claim("tx-late", 8), [Candidate(token.pk, 10)]).granted == []
     assert store.fetch_and_lock(claim("tx-late", 8, 10), 4).granted == []
@@ -257,8 +277,12 @@ def test_concurrent_fetches_skip_each_others_rows_instead_of_waiting(db_url):
     holder = _connect(db_url)
     try:
         holder.execute("BEGIN")
-        held = [row[0] for row in holder.execute(
-            "SELECT id FROM tokens_token ORDER BY id LIMIT 3 FOR UPDATE").fetchall()]
+        held = [
+            row[0]
+            for row in holder.execute(
+                "SELECT id FROM tokens_token ORDER BY id LIMIT 3 FOR UPDATE"
+            ).fetchall()
+        ]
         result = PostgresTokenStore(lease=30).fetch_and_lock(claim("tx", 1, 6), 10)
         assert {c.token_id for c in result.granted}.isdisjoint(held)
         assert len(result.granted) == 3 and result.conflicts == 3

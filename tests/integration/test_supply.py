@@ -52,8 +52,13 @@ def spec(tx_id: str, index: int, wallet: str, quantity: int, currency: str = "US
 
 
 def test_issuing_adds_exactly_what_is_new_and_a_refused_issue_adds_nothing():
-    issue_tokens([spec("m1", 0, "alice", 60), spec("m1", 1, "alice", 40),
-                  spec("m1", 2, "bob", 7, currency="EUR")])
+    issue_tokens(
+        [
+            spec("m1", 0, "alice", 60),
+            spec("m1", 1, "alice", 40),
+            spec("m1", 2, "bob", 7, currency="EUR"),
+        ]
+    )
     assert exact() == {"USD": 100, "EUR": 7}
     _, new = issue_tokens([spec("m1", 0, "alice", 60), spec("m2", 0, "carol", 5)])
     assert new == 1 and exact() == {"USD": 105, "EUR": 7}  # the re-sent token counts once
@@ -102,33 +107,57 @@ def test_the_selection_path_never_touches_the_summary():
     with connection.cursor() as cursor:  # and no trigger does it behind their back
         cursor.execute(
             "SELECT t.tgname FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid "
-            "WHERE NOT t.tgisinternal AND p.prosrc ILIKE %s", [f"%{SUMMARY_TABLE}%"])
+            "WHERE NOT t.tgisinternal AND p.prosrc ILIKE %s",
+            [f"%{SUMMARY_TABLE}%"],
+        )
         assert cursor.fetchall() == []
     assert exact() == {"USD": 60}
 
 
 def test_seeding_adds_each_chunk_with_its_tokens():
-    call_command("seed_tokens", wallets=3, tokens_per_wallet=50, currency="CHF",
-                 no_progress=True, stdout=StringIO())
+    call_command(
+        "seed_tokens",
+        wallets=3,
+        tokens_per_wallet=50,
+        currency="CHF",
+        no_progress=True,
+        stdout=StringIO(),
+    )
     seeded = Token.objects.filter(currency="CHF").aggregate(s=Sum("quantity"))["s"]
     assert seeded > 0 and exact() == {"CHF": seeded}
 
 
 def test_the_token_admin_keeps_it_exact(admin_client):
-    add = admin_client.post(reverse("admin:tokens_token_add"), {
-        "tx_id": "hand", "index": 0, "wallet": "alice", "currency": "USD", "quantity": 70,
-        "spent_by": "", "spent_at_0": "", "spent_at_1": ""})
+    add = admin_client.post(
+        reverse("admin:tokens_token_add"),
+        {
+            "tx_id": "hand",
+            "index": 0,
+            "wallet": "alice",
+            "currency": "USD",
+            "quantity": 70,
+            "spent_by": "",
+            "spent_at_0": "",
+            "spent_at_1": "",
+        },
+    )
     assert add.status_code == 302
     assert exact() == {"USD": 70}
     token = Token.objects.get(tx_id="hand")
     others = make_tokens(3, wallet="bob", quantity=5)
-    response = admin_client.post(reverse("admin:tokens_token_changelist"), {
-        "action": "delete_selected", "_selected_action": [t.pk for t in others[:2]],
-        "post": "yes"})
+    response = admin_client.post(
+        reverse("admin:tokens_token_changelist"),
+        {
+            "action": "delete_selected",
+            "_selected_action": [t.pk for t in others[:2]],
+            "post": "yes",
+        },
+    )
     assert response.status_code == 302 and Token.objects.filter(wallet="bob").count() == 1
     assert exact() == {"USD": 75}
-    response = admin_client.post(reverse("admin:tokens_token_delete", args=[token.pk]),
-                                 {"post": "yes"})
+    response = admin_client.post(
+        reverse("admin:tokens_token_delete", args=[token.pk]), {"post": "yes"}
+    )
     assert response.status_code == 302
     assert exact() == {"USD": 5}
 
@@ -138,8 +167,10 @@ def test_the_token_admin_counts_a_token_marked_spent_by_hand(admin_client):
     make_token(wallet="alice", quantity=12)
     url = reverse("admin:tokens_token_change", args=[token.pk])
     now = timezone.now()
-    response = admin_client.post(url, {"spent_by": "manual", "spent_at_0": f"{now:%Y-%m-%d}",
-                                       "spent_at_1": f"{now:%H:%M:%S}"})
+    response = admin_client.post(
+        url,
+        {"spent_by": "manual", "spent_at_0": f"{now:%Y-%m-%d}", "spent_at_1": f"{now:%H:%M:%S}"},
+    )
     token.refresh_from_db()
     if token.spent_at is None:  # spent fields are read-only here: nothing can change
         assert response.status_code in (200, 302)

@@ -14,8 +14,13 @@ from sherdlock import FundsLocked, InsufficientFunds, LeaseKeeper, SherdlockErro
 from sherdlock.client import ClientError, SherdlockClient
 
 WAIT = 5.0  # bound on every wait; each returns as soon as its condition holds
-SELECTED = {"tx_id": "tx-1", "tokens": [{"id": 1, "quantity": "7"}], "total": "7",
-            "expires_at": "2030-01-01T00:00:00Z", "fence": 42}
+SELECTED = {
+    "tx_id": "tx-1",
+    "tokens": [{"id": 1, "quantity": "7"}],
+    "total": "7",
+    "expires_at": "2030-01-01T00:00:00Z",
+    "fence": 42,
+}
 
 
 @dataclass
@@ -66,8 +71,14 @@ def api():
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
-            fake.record({"method": "POST", "path": self.path, "headers": dict(self.headers),
-                         "body": json.loads(raw) if raw else None})
+            fake.record(
+                {
+                    "method": "POST",
+                    "path": self.path,
+                    "headers": dict(self.headers),
+                    "body": json.loads(raw) if raw else None,
+                }
+            )
             answer = fake.answer(self.path)
             payload = answer.raw if answer.raw is not None else json.dumps(answer.body).encode()
             self.send_response(answer.status)
@@ -95,8 +106,7 @@ def client(api) -> SherdlockClient:
     return SherdlockClient(api.url, "prefix.secret", timeout=WAIT)
 
 
-def error(status: int, code: str, detail: str = "no", fields=None, headers=None,
-          **extra) -> Answer:
+def error(status: int, code: str, detail: str = "no", fields=None, headers=None, **extra) -> Answer:
     body = {"code": code, "detail": detail, "fields": fields or {}, **extra}
     return Answer(status, body, headers)
 
@@ -105,8 +115,12 @@ def test_select_posts_decimal_strings_with_the_api_key(api, client):
     api.script("/api/v1/selections/", Answer(201, SELECTED))
     assert client.select("tx-1", "alice", "USD", 2**64 - 1) == SELECTED
     (request,) = api.calls("/api/v1/selections/")
-    assert request["body"] == {"tx_id": "tx-1", "wallet": "alice", "currency": "USD",
-                               "quantity": "18446744073709551615"}
+    assert request["body"] == {
+        "tx_id": "tx-1",
+        "wallet": "alice",
+        "currency": "USD",
+        "quantity": "18446744073709551615",
+    }
     assert request["headers"]["Authorization"] == "Api-Key prefix.secret"
     assert request["headers"]["Content-Type"] == "application/json"
 
@@ -125,8 +139,10 @@ def test_fractional_quantities_are_refused_before_sending(api, client):
 
 
 def test_insufficient_funds_maps_to_the_core_exception(api, client):
-    api.script("/api/v1/selections/", error(409, "insufficient_funds", "only 5 in alice/USD",
-                                            available="5"))
+    api.script(
+        "/api/v1/selections/",
+        error(409, "insufficient_funds", "only 5 in alice/USD", available="5"),
+    )
     with pytest.raises(InsufficientFunds) as caught:
         client.select("tx-1", "alice", "USD", 9)
     exc = caught.value
@@ -136,27 +152,32 @@ def test_insufficient_funds_maps_to_the_core_exception(api, client):
 
 
 def test_funds_locked_carries_the_retry_after_header(api, client):
-    api.script("/api/v1/selections/",
-               error(409, "funds_locked", "held by others", headers={"Retry-After": "3"},
-                     available="4"))
+    api.script(
+        "/api/v1/selections/",
+        error(409, "funds_locked", "held by others", headers={"Retry-After": "3"}, available="4"),
+    )
     with pytest.raises(FundsLocked) as caught:
         client.select("tx-1", "alice", "USD", 9)
     assert (caught.value.retry_after, caught.value.available) == (3.0, 4)
 
 
 def test_the_exact_retry_after_of_the_body_wins_over_the_rounded_header(api, client):
-    api.script("/api/v1/selections/",
-               error(409, "funds_locked", headers={"Retry-After": "1"}, retry_after=0.04))
+    api.script(
+        "/api/v1/selections/",
+        error(409, "funds_locked", headers={"Retry-After": "1"}, retry_after=0.04),
+    )
     with pytest.raises(FundsLocked) as caught:
         client.select("tx-1", "alice", "USD", 9)
     assert caught.value.retry_after == 0.04
 
 
 def test_funds_locked_is_retried_with_jitter_for_as_long_as_asked(api, client):
-    api.script("/api/v1/selections/",
-               error(409, "funds_locked", retry_after=0.5), error(409, "funds_locked",
-                                                                  retry_after=0.5),
-               Answer(201, SELECTED))
+    api.script(
+        "/api/v1/selections/",
+        error(409, "funds_locked", retry_after=0.5),
+        error(409, "funds_locked", retry_after=0.5),
+        Answer(201, SELECTED),
+    )
     now, slept = [0.0], []
 
     def sleep(seconds: float) -> None:
@@ -188,8 +209,10 @@ def test_funds_locked_without_a_header_still_suggests_a_wait(api, client):
 
 
 def test_other_errors_become_client_errors_with_status_code_and_fields(api, client):
-    api.script("/api/v1/selections/", error(400, "invalid", "bad quantity",
-                                            fields={"quantity": ["too big"]}))
+    api.script(
+        "/api/v1/selections/",
+        error(400, "invalid", "bad quantity", fields={"quantity": ["too big"]}),
+    )
     with pytest.raises(ClientError) as caught:
         client.select("tx-1", "alice", "USD", 9)
     exc = caught.value
@@ -199,8 +222,10 @@ def test_other_errors_become_client_errors_with_status_code_and_fields(api, clie
 
 
 def test_throttling_keeps_its_retry_after(api, client):
-    api.script("/api/v1/selections/tx-1/extend/",
-               error(429, "rate_limited", "slow down", headers={"Retry-After": "7"}))
+    api.script(
+        "/api/v1/selections/tx-1/extend/",
+        error(429, "rate_limited", "slow down", headers={"Retry-After": "7"}),
+    )
     with pytest.raises(ClientError) as caught:
         client.extend("tx-1")
     assert (caught.value.status, caught.value.retry_after) == (429, 7.0)
@@ -230,22 +255,28 @@ def test_spend_release_and_extend_post_to_the_selection(api, client):
 
     for action in ("spend", "release", "extend"):
         api.script(f"/api/v1/selections/tx%2F1/{action}/", Answer(200, {"tx_id": "tx/1"}))
-    outputs = [{"index": 0, "wallet": "bob", "currency": "USD", "quantity": 5},
-               Output(1, "alice", "USD", 2)]
+    outputs = [
+        {"index": 0, "wallet": "bob", "currency": "USD", "quantity": 5},
+        Output(1, "alice", "USD", 2),
+    ]
     assert client.spend("tx/1", outputs) == {"tx_id": "tx/1"}
     assert client.release("tx/1") == {"tx_id": "tx/1"}
     assert client.extend("tx/1", seconds=30) == {"tx_id": "tx/1"}
     bodies = [r["body"] for r in api.requests]
-    assert bodies[0] == {"outputs": [
-        {"index": 0, "wallet": "bob", "currency": "USD", "quantity": "5"},
-        {"index": 1, "wallet": "alice", "currency": "USD", "quantity": "2"}]}
+    assert bodies[0] == {
+        "outputs": [
+            {"index": 0, "wallet": "bob", "currency": "USD", "quantity": "5"},
+            {"index": 1, "wallet": "alice", "currency": "USD", "quantity": "2"},
+        ]
+    }
     assert bodies[1:] == [{}, {"seconds": 30}]
 
 
 def test_keep_alive_extends_until_the_server_says_the_lease_is_lost(api, client):
     path = "/api/v1/selections/tx-1/extend/"
-    api.script(path, Answer(200, SELECTED), Answer(200, SELECTED),
-               error(409, "lease_lost", "taken over"))
+    api.script(
+        path, Answer(200, SELECTED), Answer(200, SELECTED), error(409, "lease_lost", "taken over")
+    )
     lost = threading.Event()
     keeper = client.keep_alive("tx-1", 0.02, on_lost=lost.set)
     assert isinstance(keeper, LeaseKeeper) and not keeper.running

@@ -75,9 +75,7 @@ def test_fetch_locks_nothing_when_the_free_tokens_cannot_make_up_the_need(funded
     assert set(funded.locks()) == {1, 2}
 
 
-def test_recording_claims_are_recorded_by_the_completing_call_and_refused_once_taken(
-    key, clock
-):
+def test_recording_claims_are_recorded_by_the_completing_call_and_refused_once_taken(key, clock):
     store = InMemoryStore(clock=clock, rng=random.Random(3))
     for token_id in range(1, 5):
         store.add_token(token_id, key.wallet, key.currency, 10)
@@ -85,8 +83,8 @@ def test_recording_claims_are_recorded_by_the_completing_call_and_refused_once_t
     first = store.try_lock(Claim("tx", key, 15, None, record=True), [Candidate(1, 10)])
     assert first.record is None  # 10 of 15: not complete
     second = store.try_lock(
-        Claim("tx", key, 15, first.fence, held=(Candidate(1, 10),), record=True),
-        [Candidate(2, 10)])
+        Claim("tx", key, 15, first.fence, held=(Candidate(1, 10),), record=True), [Candidate(2, 10)]
+    )
 
     assert second.record == {"tx_id": "tx", "fence": first.fence, "token_ids": [1, 2]}
     with pytest.raises(ClaimRefused):
@@ -112,7 +110,8 @@ def test_try_lock_grants_only_free_unspent_tokens(funded, key):
     funded.try_lock(claim("other", 1), [Candidate(1, 1)])
     funded.spend([2], "spender")
 
-    outcome = funded.try_lock(claim("tx", 2),
+    outcome = funded.try_lock(
+        claim("tx", 2),
         [Candidate(1, 1), Candidate(2, 2), Candidate(3, 3), Candidate(3, 3), Candidate(999, 1)],
     )
 

@@ -41,8 +41,12 @@ def test_the_blank_class_is_every_whitespace_that_is_not_a_control_character():
 
 @given(st.text(max_size=12))
 def test_a_name_is_what_the_rule_says(text):
-    expected = (0 < len(text) <= 128 and not text.isspace()
-                and not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or 0xD800 <= ord(c) <= 0xDFFF
-                            for c in text))
+    expected = (
+        0 < len(text) <= 128
+        and not text.isspace()
+        and not any(
+            ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or 0xD800 <= ord(c) <= 0xDFFF for c in text
+        )
+    )
     assert is_identifier(text) == expected
     assert is_identifier(text, path=True) == (expected and "/" not in text)

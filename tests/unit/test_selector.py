@@ -149,8 +149,9 @@ class StagedStore:
             return self.inner.fetch_and_lock(claim, limit)
         outcome = self.inner.try_lock(claim, [Candidate(token_id, 3)])
         self.barrier.wait(timeout=5)
-        return FetchResult(granted=outcome.granted, expires_at=outcome.expires_at,
-                           fence=outcome.fence)
+        return FetchResult(
+            granted=outcome.granted, expires_at=outcome.expires_at, fence=outcome.fence
+        )
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)

@@ -281,8 +281,9 @@ def test_store_failure_propagates_and_leaves_no_lock(
 ):
     world = build_world(make_clock, make_sleeper, config, seed, quantities, replicas=0)
     drew = FenceWitness(world.store)  # tells which call drew the fence
-    selector = Selector(drew, config, rng=random.Random(seed), sleep=make_sleeper(world.clock),
-                        clock=world.clock)
+    selector = Selector(
+        drew, config, rng=random.Random(seed), sleep=make_sleeper(world.clock), clock=world.clock
+    )
     if warm:  # fill the cache so that try_lock gets used
         selector.release(selector.select("warm", KEY.wallet, KEY.currency, 1))
     boom = OSError("connection lost")

@@ -13,21 +13,34 @@ from common.rules import is_identifier
 
 
 class Command(DatabaseCommand):
-    help = ("Create an API key and print it (only its hash is stored: this is the one chance "
-            "to copy it). Rights: --issue, --select; reading is on unless --no-read.")
+    help = (
+        "Create an API key and print it (only its hash is stored: this is the one chance "
+        "to copy it). Rights: --issue, --select; reading is on unless --no-read."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", help="a label for the key (50 characters max)")
-        parser.add_argument("--wallet", action="append", default=[], dest="wallets",
-                            help="a wallet the key may use; repeat for several")
-        parser.add_argument("--all-wallets", action="store_true",
-                            help="the key may use every wallet")
+        parser.add_argument(
+            "--wallet",
+            action="append",
+            default=[],
+            dest="wallets",
+            help="a wallet the key may use; repeat for several",
+        )
+        parser.add_argument(
+            "--all-wallets", action="store_true", help="the key may use every wallet"
+        )
         parser.add_argument("--issue", action="store_true", help="may issue tokens")
-        parser.add_argument("--select", action="store_true",
-                            help="may select, spend, release and extend")
+        parser.add_argument(
+            "--select", action="store_true", help="may select, spend, release and extend"
+        )
         parser.add_argument("--no-read", action="store_true", help="may not read")
-        parser.add_argument("--expires-in-days", type=float, default=None,
-                            help="expire the key after this many days")
+        parser.add_argument(
+            "--expires-in-days",
+            type=float,
+            default=None,
+            help="expire the key after this many days",
+        )
 
     def handle(self, *args, **options) -> None:
         name, wallets = options["name"], options["wallets"]
@@ -41,9 +54,13 @@ class Command(DatabaseCommand):
         if options["expires_in_days"] is not None:
             expiry = timezone.now() + timedelta(days=options["expires_in_days"])
         key, raw = ApiKey.objects.create_key(
-            name=name, wallets=sorted(set(wallets)), all_wallets=options["all_wallets"],
-            can_issue=options["issue"], can_select=options["select"],
-            can_read=not options["no_read"], expiry_date=expiry,
+            name=name,
+            wallets=sorted(set(wallets)),
+            all_wallets=options["all_wallets"],
+            can_issue=options["issue"],
+            can_select=options["select"],
+            can_read=not options["no_read"],
+            expiry_date=expiry,
         )
         self.stderr.write(f"Created API key {key.prefix} ({name}); it is shown only once:")
         self.stdout.write(raw)

@@ -6,8 +6,10 @@ from locks import notifications
 
 
 class Command(BaseCommand):
-    help = ("Install (on) or remove (off) the change-notification triggers that replica cache "
-            "listeners need; without an argument, report whether they are installed.")
+    help = (
+        "Install (on) or remove (off) the change-notification triggers that replica cache "
+        "listeners need; without an argument, report whether they are installed."
+    )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("state", nargs="?", choices=["on", "off"])

@@ -9,17 +9,25 @@ from locks.housekeeping import run_housekeeping
 
 
 class Command(DatabaseCommand):
-    help = ("Remove expired locks, the locks of spent tokens and idle rate-limit buckets once, "
-            "in batches (what the 'Lock housekeeping' periodic task does). Defaults come from "
-            "settings.SHERDLOCK.")
+    help = (
+        "Remove expired locks, the locks of spent tokens and idle rate-limit buckets once, "
+        "in batches (what the 'Lock housekeeping' periodic task does). Defaults come from "
+        "settings.SHERDLOCK."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--batch-size", type=int, default=None,
-                            help="rows per DELETE statement")
-        parser.add_argument("--max-batches", type=int, default=None,
-                            help="statements per kind of lock in this pass")
-        parser.add_argument("--grace-seconds", type=float, default=None,
-                            help="keep locks this long after they expired or were spent")
+        parser.add_argument(
+            "--batch-size", type=int, default=None, help="rows per DELETE statement"
+        )
+        parser.add_argument(
+            "--max-batches", type=int, default=None, help="statements per kind of lock in this pass"
+        )
+        parser.add_argument(
+            "--grace-seconds",
+            type=float,
+            default=None,
+            help="keep locks this long after they expired or were spent",
+        )
 
     def handle(self, *args, **options) -> None:
         totals = {"expired": 0, "spent": 0, "rate_buckets": 0}
@@ -32,17 +40,25 @@ class Command(DatabaseCommand):
 
         try:
             run = run_housekeeping(
-                batch_size=options["batch_size"], max_batches=options["max_batches"],
-                grace_seconds=options["grace_seconds"], progress=progress,
+                batch_size=options["batch_size"],
+                max_batches=options["max_batches"],
+                grace_seconds=options["grace_seconds"],
+                progress=progress,
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         if run.skipped:
-            self.stdout.write(self.style.WARNING(
-                "skipped: another housekeeper is running right now; nothing was removed"))
+            self.stdout.write(
+                self.style.WARNING(
+                    "skipped: another housekeeper is running right now; nothing was removed"
+                )
+            )
             return
         seconds = (run.finished_at - run.started_at).total_seconds()
-        self.stdout.write(self.style.SUCCESS(
-            f"removed {run.expired_removed} expired and {run.spent_removed} spent lock(s) "
-            f"and {run.buckets_removed} idle rate-limit bucket(s) in {seconds:.2f}s "
-            f"(housekeeping run {run.pk})"))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"removed {run.expired_removed} expired and {run.spent_removed} spent lock(s) "
+                f"and {run.buckets_removed} idle rate-limit bucket(s) in {seconds:.2f}s "
+                f"(housekeeping run {run.pk})"
+            )
+        )

@@ -71,10 +71,18 @@ class Command(DatabaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--count", type=int, default=1000, help="tokens to lock")
         parser.add_argument("--ttl-seconds", type=float, default=60.0, help="lease length")
-        parser.add_argument("--expired-fraction", type=float, default=0.2,
-                            help="share of selections whose lease has already expired")
-        parser.add_argument("--tokens-per-tx", type=int, default=4,
-                            help="tokens per seeded selection (one spender tx id each)")
+        parser.add_argument(
+            "--expired-fraction",
+            type=float,
+            default=0.2,
+            help="share of selections whose lease has already expired",
+        )
+        parser.add_argument(
+            "--tokens-per-tx",
+            type=int,
+            default=4,
+            help="tokens per seeded selection (one spender tx id each)",
+        )
         parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     def handle(self, *args, **options) -> None:
@@ -94,21 +102,35 @@ class Command(DatabaseCommand):
             self.stderr.write(f"only {len(ids)} unspent, unlocked tokens: locking those")
         prefix = f"seed-{uuid.uuid4().hex[:12]}-"  # fresh tx ids per run: re-runs never collide
         locked = 0
-        with tqdm(total=len(ids), unit="lock", unit_scale=True, disable=options["no_progress"],
-                  desc="seeding locks", file=sys.stderr) as bar:
+        with tqdm(
+            total=len(ids),
+            unit="lock",
+            unit_scale=True,
+            disable=options["no_progress"],
+            desc="seeding locks",
+            file=sys.stderr,
+        ) as bar:
             for start in range(0, len(ids), CHUNK):
-                chunk = ids[start:start + CHUNK]
+                chunk = ids[start : start + CHUNK]
                 # One transaction per chunk: progress stays visible and a selection never
                 # exists without its locks.
                 with transaction.atomic(), connection.cursor() as cursor:
-                    cursor.execute(LOCK_CHUNK, {
-                        "ids": chunk, "per_tx": per_tx, "ttl": ttl, "expired_fraction": fraction,
-                        "prefix": f"{prefix}{start // CHUNK}-",
-                    })
+                    cursor.execute(
+                        LOCK_CHUNK,
+                        {
+                            "ids": chunk,
+                            "per_tx": per_tx,
+                            "ttl": ttl,
+                            "expired_fraction": fraction,
+                            "prefix": f"{prefix}{start // CHUNK}-",
+                        },
+                    )
                     locked += cursor.rowcount
                 bar.update(len(chunk))
         elapsed = time.monotonic() - started
-        self.stdout.write(self.style.SUCCESS(
-            f"locked {locked} tokens in {elapsed:.1f}s "
-            f"({locked / max(elapsed, 1e-9):,.0f} locks/s)"
-        ))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"locked {locked} tokens in {elapsed:.1f}s "
+                f"({locked / max(elapsed, 1e-9):,.0f} locks/s)"
+            )
+        )

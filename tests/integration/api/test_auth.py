@@ -55,9 +55,15 @@ def test_no_key_is_401_with_a_challenge(anon, method, url, body):
     assert counts() == before
 
 
-@pytest.mark.parametrize("header", [
-    "Api-Key nope.nope", "Api-Key ", "Api-Key bad\x01key", "api-key " + "x" * 500,
-])
+@pytest.mark.parametrize(
+    "header",
+    [
+        "Api-Key nope.nope",
+        "Api-Key ",
+        "Api-Key bad\x01key",
+        "api-key " + "x" * 500,
+    ],
+)
 def test_an_invalid_key_is_401(header, make_key):
     make_key()
     client = APIClient()
@@ -75,7 +81,8 @@ def test_another_scheme_counts_as_no_key(make_key):
 
 
 def test_revoked_and_expired_keys_are_401_once_the_key_cache_has_let_them_go(
-        make_key, client_for, monkeypatch):
+    make_key, client_for, monkeypatch
+):
     now = [1000.0]
     monkeypatch.setattr(authentication.keys, "_clock", lambda: now[0])
     revoked, raw_revoked = make_key(name="revoked")
@@ -110,8 +117,11 @@ def test_a_key_without_the_right_is_403(make_key, client_for, method, url, body)
     before = counts()
     response = call(client_for(raw), method, url, body)
     assert response.status_code == 403
-    assert response.json() == {"code": "permission_denied", "detail": response.json()["detail"],
-                               "fields": {}}
+    assert response.json() == {
+        "code": "permission_denied",
+        "detail": response.json()["detail"],
+        "fields": {},
+    }
     assert f"lacks the {right.removeprefix('can_')} right" in response.json()["detail"]
     assert counts() == before
 
@@ -124,10 +134,14 @@ def test_each_right_alone_grants_only_its_operations(make_key, client_for):
     assert issuer.get("/api/v1/tokens/").status_code == 403
 
 
-@pytest.mark.parametrize("tokens", [
-    [token(wallet="carol")],
-    [token(wallet="alice"), token(index=1, wallet="carol")],
-], ids=["other", "mixed"])
+@pytest.mark.parametrize(
+    "tokens",
+    [
+        [token(wallet="carol")],
+        [token(wallet="alice"), token(index=1, wallet="carol")],
+    ],
+    ids=["other", "mixed"],
+)
 def test_issuing_to_a_wallet_outside_the_scope_is_403_and_writes_nothing(api, tokens):
     before = counts()
     response = api.post("/api/v1/tokens/", {"tokens": tokens}, format="json")
@@ -136,10 +150,15 @@ def test_issuing_to_a_wallet_outside_the_scope_is_403_and_writes_nothing(api, to
     assert counts() == before
 
 
-@pytest.mark.parametrize("url", [
-    "/api/v1/wallets/carol/balances/", "/api/v1/tokens/?wallet=carol",
-    "/api/v1/selections/?wallet=carol", "/api/v1/locks/?wallet=carol",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/v1/wallets/carol/balances/",
+        "/api/v1/tokens/?wallet=carol",
+        "/api/v1/selections/?wallet=carol",
+        "/api/v1/locks/?wallet=carol",
+    ],
+)
 def test_reading_a_wallet_outside_the_scope_is_403(api, url):
     response = api.get(url)
     assert response.status_code == 403
@@ -163,12 +182,15 @@ def carols_selection(make_key, client_for):
     return carol
 
 
-@pytest.mark.parametrize("method, suffix, body", [
-    ("get", "", None),
-    ("post", "spend/", {"outputs": [output(0, "alice", "10")]}),
-    ("post", "release/", {}),
-    ("post", "extend/", {}),
-])
+@pytest.mark.parametrize(
+    "method, suffix, body",
+    [
+        ("get", "", None),
+        ("post", "spend/", {"outputs": [output(0, "alice", "10")]}),
+        ("post", "release/", {}),
+        ("post", "extend/", {}),
+    ],
+)
 def test_another_clients_selection_is_404_not_403(api, carols_selection, method, suffix, body):
     before = counts()
     response = call(api, method, f"/api/v1/selections/carol-tx/{suffix}", body)
@@ -184,16 +206,16 @@ def test_listings_without_a_wallet_filter_show_only_the_keys_wallets(api, carols
     select(api, "alice-tx", "10")
     make_lock(make_token("carol", tx_id="c-extra"), "carol-2")
     assert {t["wallet"] for t in api.get("/api/v1/tokens/").json()["results"]} == {"alice"}
-    assert [s["tx_id"] for s in api.get("/api/v1/selections/").json()["results"]] == [
-        "alice-tx"]
+    assert [s["tx_id"] for s in api.get("/api/v1/selections/").json()["results"]] == ["alice-tx"]
     assert {lock["wallet"] for lock in api.get("/api/v1/locks/").json()["results"]} == {"alice"}
 
 
 def test_spend_outputs_may_pay_a_wallet_outside_the_scope(api):
     issue(api, token(quantity="10"))
     select(api, "pay", "10")
-    response = api.post("/api/v1/selections/pay/spend/",
-                        {"outputs": [output(0, "carol", "10")]}, format="json")
+    response = api.post(
+        "/api/v1/selections/pay/spend/", {"outputs": [output(0, "carol", "10")]}, format="json"
+    )
     assert response.status_code == 200, response.json()
 
 
@@ -205,15 +227,15 @@ def test_an_all_wallets_key_may_use_any_wallet(make_key, client_for, carols_sele
     assert {t["wallet"] for t in ops.get("/api/v1/tokens/").json()["results"]} == {"carol", "zed"}
 
 
-def test_transaction_ids_belong_to_the_client_that_uses_them(make_key, client_for,
-                                                             carols_selection):
+def test_transaction_ids_belong_to_the_client_that_uses_them(
+    make_key, client_for, carols_selection
+):
     # Another client sees carol's wallet (all wallets) but not her transaction ids: it can
     # neither look hers up nor be kept from using the same id itself.
     _, raw = make_key(wallets=[], all_wallets=True, name="other")
     other = client_for(raw)
     assert other.get("/api/v1/selections/carol-tx/").status_code == 404
-    assert [s["tx_id"] for s in other.get("/api/v1/selections/").json()["results"]] == [
-        "carol-tx"]
+    assert [s["tx_id"] for s in other.get("/api/v1/selections/").json()["results"]] == ["carol-tx"]
     issue(other, token("o", 0, wallet="dan", quantity="5"))
     assert select(other, "carol-tx", "5", wallet="dan").json()["wallet"] == "dan"
     issue(other, token("c", 0, wallet="dan", quantity="1"))  # carol's token id, other's namespace
@@ -260,9 +282,18 @@ def test_staff_sessions_may_not_write(staff):
     assert counts() == before
 
 
-@pytest.mark.parametrize("granted", [(), ("view_token",), ("view_selection",),
-                                     ("view_tokenlock",), ("view_token", "view_selection"),
-                                     ("view_token", "view_tokenlock")], ids=repr)
+@pytest.mark.parametrize(
+    "granted",
+    [
+        (),
+        ("view_token",),
+        ("view_selection",),
+        ("view_tokenlock",),
+        ("view_token", "view_selection"),
+        ("view_token", "view_tokenlock"),
+    ],
+    ids=repr,
+)
 def test_staff_sessions_read_only_what_their_permissions_show(carols_selection, granted):
     client = staff_client(*granted)
     for url, needed in STAFF_READS.items():
@@ -290,9 +321,16 @@ def test_non_staff_sessions_are_refused(carols_selection):
 
 
 def test_the_admin_shows_a_new_key_once_with_its_wallets_and_rights(admin_client, client_for):
-    response = admin_client.post(reverse("admin:clients_apikey_add"), {
-        "name": "wallet-backend", "wallets": "alice,bob", "can_select": "on", "can_read": "on",
-    }, follow=True)
+    response = admin_client.post(
+        reverse("admin:clients_apikey_add"),
+        {
+            "name": "wallet-backend",
+            "wallets": "alice,bob",
+            "can_select": "on",
+            "can_read": "on",
+        },
+        follow=True,
+    )
     assert response.status_code == 200
     key = ApiKey.objects.get(name="wallet-backend")
     assert (key.wallets, key.can_issue, key.can_select) == (["alice", "bob"], False, True)
@@ -308,12 +346,17 @@ def test_the_admin_shows_a_new_key_once_with_its_wallets_and_rights(admin_client
 
 def test_create_api_key_prints_a_working_key_once(client_for):
     out, err = io.StringIO(), io.StringIO()
-    call_command("create_api_key", "backend", "--wallet", "alice", "--select",
-                 stdout=out, stderr=err)
+    call_command(
+        "create_api_key", "backend", "--wallet", "alice", "--select", stdout=out, stderr=err
+    )
     raw = out.getvalue().strip()
     key = ApiKey.objects.get(name="backend")
     assert (key.wallets, key.can_issue, key.can_select, key.can_read) == (
-        ["alice"], False, True, True)
+        ["alice"],
+        False,
+        True,
+        True,
+    )
     assert raw.startswith(key.prefix) and raw not in err.getvalue()
     assert key.hashed_key != raw and raw not in key.hashed_key
     client = client_for(raw)

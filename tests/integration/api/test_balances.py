@@ -17,14 +17,22 @@ def balances(client, wallet: str = "alice", query: str = "") -> dict:
 
 
 def test_balances_split_unspent_into_locked_and_available_per_currency(api):
-    issue(api, token("m", 0, quantity="70"), token("m", 1, quantity="30"),
-          token("m", 2, currency="EUR", quantity="5"))
+    issue(
+        api,
+        token("m", 0, quantity="70"),
+        token("m", 1, quantity="30"),
+        token("m", 2, currency="EUR", quantity="5"),
+    )
     selected = select(api, "tx-1", "60").json()
     body = balances(api)
     assert body["wallet"] == "alice"
     by_currency = {b["currency"]: b for b in body["balances"]}
-    assert by_currency["EUR"] == {"currency": "EUR", "unspent": "5", "locked": "0",
-                                  "available": "5"}
+    assert by_currency["EUR"] == {
+        "currency": "EUR",
+        "unspent": "5",
+        "locked": "0",
+        "available": "5",
+    }
     usd = by_currency["USD"]
     assert usd["unspent"] == "100"
     assert usd["locked"] == selected["total"]

@@ -35,9 +35,13 @@ def project_error_classes() -> set[type[BaseException]]:
             if ".migrations" in info.name:
                 continue
             module = importlib.import_module(info.name)
-            found.update(obj for obj in vars(module).values()
-                         if inspect.isclass(obj) and issubclass(obj, BaseException)
-                         and obj.__module__ == module.__name__)
+            found.update(
+                obj
+                for obj in vars(module).values()
+                if inspect.isclass(obj)
+                and issubclass(obj, BaseException)
+                and obj.__module__ == module.__name__
+            )
     return found
 
 
@@ -61,8 +65,11 @@ def test_the_project_defines_the_errors_the_tables_name():
 
 
 def test_every_error_class_of_the_project_is_answered_or_named_as_never_answered():
-    unplaced = sorted(cls.__qualname__ for cls in project_error_classes()
-                      if resolve(cls) is None and cls not in NEVER_ANSWERED)
+    unplaced = sorted(
+        cls.__qualname__
+        for cls in project_error_classes()
+        if resolve(cls) is None and cls not in NEVER_ANSWERED
+    )
     assert unplaced == []
 
 
@@ -84,11 +91,15 @@ def test_drf_errors_keep_the_status_drf_gives_them():
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("exc, status, code", [
-    (DeeperLeaseLost("gone"), 409, "lease_lost"),
-    (UnplacedError("nobody placed me"), SERVER_ERROR.status, SERVER_ERROR.code),
-    (SherdlockError("odd"), SERVER_ERROR.status, SERVER_ERROR.code),
-], ids=repr)
+@pytest.mark.parametrize(
+    "exc, status, code",
+    [
+        (DeeperLeaseLost("gone"), 409, "lease_lost"),
+        (UnplacedError("nobody placed me"), SERVER_ERROR.status, SERVER_ERROR.code),
+        (SherdlockError("odd"), SERVER_ERROR.status, SERVER_ERROR.code),
+    ],
+    ids=repr,
+)
 def test_clients_see_the_table(api, monkeypatch, exc, status, code):
     def fail(*args, **kwargs):
         raise exc

@@ -14,8 +14,28 @@ from tests.integration.api.conftest import counts, issue, output, select, token
 pytestmark = pytest.mark.django_db
 
 BAD_QUANTITIES = [
-    "-1", "0", "00", "1.5", "1e3", " 1", "1 ", "1\n", "+1", "0x10", "1_000", "\uff11",
-    str(2**64), "9" * 5000, "abc", "", 100, 1.5, None, True, [], {"q": "1"},
+    "-1",
+    "0",
+    "00",
+    "1.5",
+    "1e3",
+    " 1",
+    "1 ",
+    "1\n",
+    "+1",
+    "0x10",
+    "1_000",
+    "\uff11",
+    str(2**64),
+    "9" * 5000,
+    "abc",
+    "",
+    100,
+    1.5,
+    None,
+    True,
+    [],
+    {"q": "1"},
 ]
 BAD_STRINGS = ["", "   ", "x" * 129, 123, None, True, ["alice"], {}, "a\x00b", "a\tb", "\ud800"]
 BAD_INDEXES = [-1, 2**31, "1", 1.5, None, True]
@@ -38,12 +58,16 @@ def select_body(**field):
 
 
 def spend_body(**field):
-    return "/api/v1/selections/pay/spend/", {"outputs": [{**output(0, "bob", "80"), **field}]}, \
-        "outputs.0."
+    return (
+        "/api/v1/selections/pay/spend/",
+        {"outputs": [{**output(0, "bob", "80"), **field}]},
+        "outputs.0.",
+    )
 
 
-def assert_refused(client, url: str, body: object, field: str | None, status: int = 400,
-                   code: str = "invalid") -> dict:
+def assert_refused(
+    client, url: str, body: object, field: str | None, status: int = 400, code: str = "invalid"
+) -> dict:
     before = counts()
     # Encoded here with escapes: the test client's encoder cannot write a lone surrogate.
     response = client.post(url, json.dumps(body), content_type="application/json")
@@ -65,11 +89,19 @@ def test_bad_quantities_are_refused(selected, build, value):
     assert_refused(selected, url, body, f"{prefix}quantity")
 
 
-@pytest.mark.parametrize("build, field", [
-    (issue_body, "tx_id"), (issue_body, "wallet"), (issue_body, "currency"),
-    (select_body, "tx_id"), (select_body, "wallet"), (select_body, "currency"),
-    (spend_body, "wallet"), (spend_body, "currency"),
-])
+@pytest.mark.parametrize(
+    "build, field",
+    [
+        (issue_body, "tx_id"),
+        (issue_body, "wallet"),
+        (issue_body, "currency"),
+        (select_body, "tx_id"),
+        (select_body, "wallet"),
+        (select_body, "currency"),
+        (spend_body, "wallet"),
+        (spend_body, "currency"),
+    ],
+)
 @pytest.mark.parametrize("value", BAD_STRINGS, ids=repr)
 def test_bad_names_are_refused(selected, build, field, value):
     url, body, prefix = build(**{field: value})
@@ -98,22 +130,32 @@ def test_the_largest_quantity_is_accepted_by_validation(selected, build):
     assert response.json().get("code") != "invalid"
 
 
-@pytest.mark.parametrize("url", ["/api/v1/tokens/", "/api/v1/selections/",
-                                 "/api/v1/selections/pay/spend/"])
+@pytest.mark.parametrize(
+    "url", ["/api/v1/tokens/", "/api/v1/selections/", "/api/v1/selections/pay/spend/"]
+)
 @pytest.mark.parametrize("body", [[], "text", 7, None, {"tokens": {}, "outputs": {}}])
 def test_bodies_of_the_wrong_shape_are_refused(selected, url, body):
     assert_refused(selected, url, body, None)
 
 
-@pytest.mark.parametrize("url", ["/api/v1/tokens/", "/api/v1/selections/",
-                                 "/api/v1/selections/pay/spend/",
-                                 "/api/v1/selections/pay/extend/"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/v1/tokens/",
+        "/api/v1/selections/",
+        "/api/v1/selections/pay/spend/",
+        "/api/v1/selections/pay/extend/",
+    ],
+)
 def test_malformed_json_is_refused(selected, url):
     before = counts()
     response = selected.post(url, '{"tokens": [', content_type="application/json")
     assert response.status_code == 400
-    assert response.json() == {"code": "malformed_json", "detail": response.json()["detail"],
-                               "fields": {}}
+    assert response.json() == {
+        "code": "malformed_json",
+        "detail": response.json()["detail"],
+        "fields": {},
+    }
     assert counts() == before
 
 
@@ -143,13 +185,22 @@ def test_an_unknown_api_path_is_a_json_404(api):
     assert response.json() == {"code": "not_found", "detail": "Not found.", "fields": {}}
 
 
-@pytest.mark.parametrize("path", ["/api/v1/wallets/%00/balances/",
-                                  "/api/v1/wallets/" + "w" * 200 + "/balances/",
-                                  "/api/v1/selections/%00/", "/api/v1/selections/%00/spend/"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/wallets/%00/balances/",
+        "/api/v1/wallets/" + "w" * 200 + "/balances/",
+        "/api/v1/selections/%00/",
+        "/api/v1/selections/%00/spend/",
+    ],
+)
 def test_unusable_names_in_the_path_are_404(selected, path):
     before = counts()
-    response = selected.post(path, {"outputs": []}, format="json") if "spend" in path else \
-        selected.get(path)
+    response = (
+        selected.post(path, {"outputs": []}, format="json")
+        if "spend" in path
+        else selected.get(path)
+    )
     assert response.status_code == 404
     assert response.json()["code"] == "not_found"
     assert counts() == before
@@ -170,8 +221,11 @@ def test_a_crash_is_a_json_500(api, monkeypatch):
     api.raise_request_exception = False
     response = api.get("/api/v1/wallets/alice/balances/")
     assert response.status_code == 500
-    assert response.json() == {"code": "server_error", "detail": "Internal server error.",
-                               "fields": {}}
+    assert response.json() == {
+        "code": "server_error",
+        "detail": "Internal server error.",
+        "fields": {},
+    }
 
 
 def test_a_non_api_404_stays_html(client):
@@ -181,22 +235,27 @@ def test_a_non_api_404_stays_html(client):
 
 
 def test_list_errors_are_reported_at_the_list_path(api):
-    response = api.post("/api/v1/tokens/", {"tokens": [token("t", i) for i in range(1001)]},
-                        format="json")
+    response = api.post(
+        "/api/v1/tokens/", {"tokens": [token("t", i) for i in range(1001)]}, format="json"
+    )
     assert list(response.json()["fields"]) == ["tokens"]
-    bad = api.post("/api/v1/tokens/", {"tokens": [token(), {**token("t", 1), "quantity": 1}]},
-                   format="json")
+    bad = api.post(
+        "/api/v1/tokens/", {"tokens": [token(), {**token("t", 1), "quantity": 1}]}, format="json"
+    )
     assert list(bad.json()["fields"]) == ["tokens.1.quantity"]
     assert bad.json()["detail"].startswith("Invalid input: tokens.1.quantity: ")
 
 
-@pytest.mark.parametrize("exc, status, code, retry_after", [
-    (InvalidRequest("bad"), 400, "invalid", None),
-    (FundsLocked(WalletKey("a", "USD"), 5, 2, retry_after=2.2), 409, "funds_locked", "3"),
-    (FundsLocked(WalletKey("a", "USD"), 5, 2, retry_after=0.01), 409, "funds_locked", "1"),
-    (exceptions.Throttled(wait=0.2), 429, "rate_limited", "1"),
-    (exceptions.NotAcceptable(), 406, "not_acceptable", None),
-])
+@pytest.mark.parametrize(
+    "exc, status, code, retry_after",
+    [
+        (InvalidRequest("bad"), 400, "invalid", None),
+        (FundsLocked(WalletKey("a", "USD"), 5, 2, retry_after=2.2), 409, "funds_locked", "3"),
+        (FundsLocked(WalletKey("a", "USD"), 5, 2, retry_after=0.01), 409, "funds_locked", "1"),
+        (exceptions.Throttled(wait=0.2), 429, "rate_limited", "1"),
+        (exceptions.NotAcceptable(), 406, "not_acceptable", None),
+    ],
+)
 def test_the_handler_maps_every_error_to_a_status_and_code(exc, status, code, retry_after):
     response = exception_handler(exc, {})
     assert (response.status_code, response.data["code"]) == (status, code)

@@ -30,8 +30,11 @@ def test_readyz_is_503_when_the_database_fails(anon, monkeypatch):
     monkeypatch.setattr("config.views.connection", Broken())
     response = anon.get("/readyz")
     assert response.status_code == 503
-    assert response.json() == {"code": "database_unavailable",
-                               "detail": "The database is unavailable.", "fields": {}}
+    assert response.json() == {
+        "code": "database_unavailable",
+        "detail": "The database is unavailable.",
+        "fields": {},
+    }
 
 
 def test_the_api_root_lists_the_endpoints(anon):

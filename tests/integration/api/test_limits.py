@@ -15,8 +15,12 @@ from tests.integration.api.conftest import counts, issue, output, select, token
 
 pytestmark = pytest.mark.django_db
 
-POSTS = ["/api/v1/tokens/", "/api/v1/selections/", "/api/v1/selections/pay/spend/",
-         "/api/v1/selections/pay/extend/"]
+POSTS = [
+    "/api/v1/tokens/",
+    "/api/v1/selections/",
+    "/api/v1/selections/pay/spend/",
+    "/api/v1/selections/pay/extend/",
+]
 LISTS = ["/api/v1/tokens/", "/api/v1/selections/", "/api/v1/locks/"]
 
 
@@ -40,11 +44,17 @@ def assert_error(response, status: int, code: str) -> dict:
 
 
 @pytest.mark.parametrize("url", POSTS)
-@pytest.mark.parametrize("body", [
-    "[" * 1000, "[" * 1000 + "]" * 1000, "[" * 100_000,
-    '{"a":' * 1000 + "1" + "}" * 1000,
-    '{"tokens": ' + "[" * 5000 + "]" * 5000 + "}",
-], ids=["open-1000", "closed-1000", "open-100000", "objects-1000", "inside-a-field"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "[" * 1000,
+        "[" * 1000 + "]" * 1000,
+        "[" * 100_000,
+        '{"a":' * 1000 + "1" + "}" * 1000,
+        '{"tokens": ' + "[" * 5000 + "]" * 5000 + "}",
+    ],
+    ids=["open-1000", "closed-1000", "open-100000", "objects-1000", "inside-a-field"],
+)
 def test_deeply_nested_json_is_malformed_json(selected, url, body):
     before = counts()
     assert_error(post_raw(selected, url, body), 400, "malformed_json")
@@ -58,8 +68,11 @@ def test_nesting_the_parser_accepts_is_still_refused_as_invalid(selected, url):
     assert counts() == before
 
 
-@pytest.mark.parametrize("body", [b'{"tokens": "\xff\xfe"}', b"NaN", b'{"a": Infinity}'],
-                         ids=["not-utf8", "nan", "infinity"])
+@pytest.mark.parametrize(
+    "body",
+    [b'{"tokens": "\xff\xfe"}', b"NaN", b'{"a": Infinity}'],
+    ids=["not-utf8", "nan", "infinity"],
+)
 def test_other_unparseable_bodies_are_malformed_json(selected, body):
     assert_error(post_raw(selected, "/api/v1/tokens/", body), 400, "malformed_json")
 
@@ -77,8 +90,16 @@ def test_a_body_over_the_limit_is_413_and_not_read(selected, settings, url):
 def test_the_largest_legitimate_issue_fits_the_default_limit(api, make_key, client_for):
     wallet = "w" * 128
     _, raw = make_key(wallets=[wallet])
-    tokens = [{"tx_id": f"{i:0>128}", "index": 2**31 - 1, "wallet": wallet,
-               "currency": "C" * 32, "quantity": str(2**64 - 1)} for i in range(1000)]
+    tokens = [
+        {
+            "tx_id": f"{i:0>128}",
+            "index": 2**31 - 1,
+            "wallet": wallet,
+            "currency": "C" * 32,
+            "quantity": str(2**64 - 1),
+        }
+        for i in range(1000)
+    ]
     response = client_for(raw).post("/api/v1/tokens/", {"tokens": tokens}, format="json")
     assert response.status_code == 201, response.json()
     assert response.json()["created"] == 1000
@@ -95,11 +116,22 @@ def forged(query: str) -> str:
 
 
 @pytest.mark.parametrize("url", LISTS)
-@pytest.mark.parametrize("cursor", [
-    forged("p=abc"), forged("p="), forged("p=1.5"), forged("p=-1"), forged("p= 1"),
-    forged("p=" + "9" * 30), forged("p=9223372036854775808"), forged("r=x&p=1"),
-    forged("o=-1&p=1"), "garbage", "\u00e9t\u00e9",
-])
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        forged("p=abc"),
+        forged("p="),
+        forged("p=1.5"),
+        forged("p=-1"),
+        forged("p= 1"),
+        forged("p=" + "9" * 30),
+        forged("p=9223372036854775808"),
+        forged("r=x&p=1"),
+        forged("o=-1&p=1"),
+        "garbage",
+        "\u00e9t\u00e9",
+    ],
+)
 def test_a_forged_cursor_is_404_on_every_listing(api, url, cursor):
     make_lock(make_token("alice", tx_id="t"), "s")
     response = api.get(url, {"cursor": cursor})
@@ -119,8 +151,9 @@ def test_a_cursor_the_server_wrote_still_pages(api, url):
 
 
 @pytest.mark.parametrize("url", LISTS)
-@pytest.mark.parametrize("size", ["0", "1001", "-1", "abc", "", "1.5", " 5", "5 ", "+5",
-                                  "99999999999", "\u0665"])
+@pytest.mark.parametrize(
+    "size", ["0", "1001", "-1", "abc", "", "1.5", " 5", "5 ", "+5", "99999999999", "\u0665"]
+)
 def test_page_size_outside_1_to_1000_is_400(api, url, size):
     payload = assert_error(api.get(url, {"page_size": size}), 400, "invalid")
     assert "page_size" in payload["fields"]
@@ -132,18 +165,29 @@ def test_page_size_within_bounds_is_used(api, url, size):
     assert api.get(url, {"page_size": size}).status_code == 200
 
 
-@pytest.mark.parametrize("url, name, value", [
-    ("/api/v1/tokens/", "spent", ""), ("/api/v1/tokens/", "spent", "True"),
-    ("/api/v1/selections/", "status", ""), ("/api/v1/selections/", "status", "LOCKED"),
-    ("/api/v1/locks/", "state", ""), ("/api/v1/locks/", "state", "alive"),
-    ("/api/v1/tokens/", "wallet", ""), ("/api/v1/tokens/", "wallet", "a\tb"),
-    ("/api/v1/tokens/", "wallet", "   "), ("/api/v1/tokens/", "currency", ""),
-    ("/api/v1/tokens/", "currency", "C" * 33), ("/api/v1/selections/", "wallet", ""),
-    ("/api/v1/selections/", "currency", "\u0085"), ("/api/v1/locks/", "spender_tx_id", ""),
-    ("/api/v1/locks/", "spender_tx_id", "x" * 129), ("/api/v1/locks/", "wallet", ""),
-    ("/api/v1/wallets/alice/balances/", "currency", ""),
-    ("/api/v1/wallets/alice/balances/", "currency", "\u2003"),
-])
+@pytest.mark.parametrize(
+    "url, name, value",
+    [
+        ("/api/v1/tokens/", "spent", ""),
+        ("/api/v1/tokens/", "spent", "True"),
+        ("/api/v1/selections/", "status", ""),
+        ("/api/v1/selections/", "status", "LOCKED"),
+        ("/api/v1/locks/", "state", ""),
+        ("/api/v1/locks/", "state", "alive"),
+        ("/api/v1/tokens/", "wallet", ""),
+        ("/api/v1/tokens/", "wallet", "a\tb"),
+        ("/api/v1/tokens/", "wallet", "   "),
+        ("/api/v1/tokens/", "currency", ""),
+        ("/api/v1/tokens/", "currency", "C" * 33),
+        ("/api/v1/selections/", "wallet", ""),
+        ("/api/v1/selections/", "currency", "\u0085"),
+        ("/api/v1/locks/", "spender_tx_id", ""),
+        ("/api/v1/locks/", "spender_tx_id", "x" * 129),
+        ("/api/v1/locks/", "wallet", ""),
+        ("/api/v1/wallets/alice/balances/", "currency", ""),
+        ("/api/v1/wallets/alice/balances/", "currency", "\u2003"),
+    ],
+)
 def test_a_given_filter_must_be_valid_never_ignored(api, url, name, value):
     payload = assert_error(api.get(url, {name: value}), 400, "invalid")
     assert name in payload["fields"]
@@ -160,21 +204,28 @@ def test_empty_outputs_are_invalid_not_a_conservation_error(selected):
 @pytest.mark.parametrize("quantity", ["01", "007", "0" * 30 + "1"])
 def test_quantities_with_leading_zeros_are_refused(selected, quantity):
     before = counts()
-    response = selected.post("/api/v1/tokens/", {"tokens": [token("z", quantity=quantity)]},
-                             format="json")
+    response = selected.post(
+        "/api/v1/tokens/", {"tokens": [token("z", quantity=quantity)]}, format="json"
+    )
     assert "tokens.0.quantity" in assert_error(response, 400, "invalid")["fields"]
-    response = selected.post("/api/v1/selections/pay/spend/",
-                             {"outputs": [output(0, "bob", quantity)]}, format="json")
+    response = selected.post(
+        "/api/v1/selections/pay/spend/", {"outputs": [output(0, "bob", quantity)]}, format="json"
+    )
     assert "outputs.0.quantity" in assert_error(response, 400, "invalid")["fields"]
     assert counts() == before
 
 
-@pytest.mark.parametrize("url, query", [
-    ("/api/v1/tokens/", "page_size=5&page_size=7"), ("/api/v1/tokens/", "wallet=alice&wallet=bob"),
-    ("/api/v1/selections/", "status=locked&status=spent"),
-    ("/api/v1/locks/", "state=live&state=live"), ("/api/v1/locks/", "cursor=a&cursor=b"),
-    ("/api/v1/wallets/alice/balances/", "currency=USD&currency=EUR"),
-])
+@pytest.mark.parametrize(
+    "url, query",
+    [
+        ("/api/v1/tokens/", "page_size=5&page_size=7"),
+        ("/api/v1/tokens/", "wallet=alice&wallet=bob"),
+        ("/api/v1/selections/", "status=locked&status=spent"),
+        ("/api/v1/locks/", "state=live&state=live"),
+        ("/api/v1/locks/", "cursor=a&cursor=b"),
+        ("/api/v1/wallets/alice/balances/", "currency=USD&currency=EUR"),
+    ],
+)
 def test_a_query_parameter_given_twice_is_400(api, url, query):
     payload = assert_error(api.get(f"{url}?{query}"), 400, "invalid")
     assert query.split("=")[0] in payload["fields"]

@@ -13,8 +13,9 @@ URL = "/api/v1/locks/"
 
 @pytest.fixture
 def locks():
-    live = make_lock(make_token("alice", "USD", 10, tx_id="t-live", index=2), "spender-a",
-                     fence=7, ttl=60)
+    live = make_lock(
+        make_token("alice", "USD", 10, tx_id="t-live", index=2), "spender-a", fence=7, ttl=60
+    )
     expired = make_lock(make_token("alice", "EUR", 20, tx_id="t-old"), "spender-b", ttl=-5)
     other = make_lock(make_token("bob", "USD", 30, tx_id="t-bob"), "spender-c", ttl=60)
     return live, expired, other
@@ -30,22 +31,31 @@ def test_locks_are_listed_with_their_token(api, locks):
     rows = {row["token"]: row for row in listed(api)}
     assert set(rows) == {"t-live:2", "t-old:0", "t-bob:0"}
     live = rows["t-live:2"]
-    assert {k: live[k] for k in ("wallet", "currency", "quantity", "spender_tx_id", "fence",
-                                 "state")} == {
-        "wallet": "alice", "currency": "USD", "quantity": "10", "spender_tx_id": "spender-a",
-        "fence": 7, "state": "live"}
+    assert {
+        k: live[k] for k in ("wallet", "currency", "quantity", "spender_tx_id", "fence", "state")
+    } == {
+        "wallet": "alice",
+        "currency": "USD",
+        "quantity": "10",
+        "spender_tx_id": "spender-a",
+        "fence": 7,
+        "state": "live",
+    }
     assert live["created_at"] and live["expires_at"]
     assert rows["t-old:0"]["state"] == "expired"
 
 
-@pytest.mark.parametrize("query, expected", [
-    ("wallet=alice", {"t-live:2", "t-old:0"}),
-    ("currency=USD", {"t-live:2", "t-bob:0"}),
-    ("spender_tx_id=spender-b", {"t-old:0"}),
-    ("state=live", {"t-live:2", "t-bob:0"}),
-    ("state=expired", {"t-old:0"}),
-    ("wallet=alice&state=live", {"t-live:2"}),
-])
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        ("wallet=alice", {"t-live:2", "t-old:0"}),
+        ("currency=USD", {"t-live:2", "t-bob:0"}),
+        ("spender_tx_id=spender-b", {"t-old:0"}),
+        ("state=live", {"t-live:2", "t-bob:0"}),
+        ("state=expired", {"t-old:0"}),
+        ("wallet=alice&state=live", {"t-live:2"}),
+    ],
+)
 def test_locks_filter(api, locks, query, expected):
     assert {row["token"] for row in listed(api, query)} == expected
 

@@ -23,11 +23,17 @@ API_CALLS = [
     ("post", "/api/v1/tokens/", {"tokens": [token("new")]}),
     ("get", "/api/v1/wallets/alice/balances/", None),
     ("get", "/api/v1/selections/", None),
-    ("post", "/api/v1/selections/", {"tx_id": "t2", "wallet": "alice", "currency": "USD",
-                                     "quantity": "1"}),
+    (
+        "post",
+        "/api/v1/selections/",
+        {"tx_id": "t2", "wallet": "alice", "currency": "USD", "quantity": "1"},
+    ),
     ("get", "/api/v1/selections/pay/", None),
-    ("post", "/api/v1/selections/pay/spend/", {"outputs": [
-        {"index": 0, "wallet": "bob", "currency": "USD", "quantity": "80"}]}),
+    (
+        "post",
+        "/api/v1/selections/pay/spend/",
+        {"outputs": [{"index": 0, "wallet": "bob", "currency": "USD", "quantity": "80"}]},
+    ),
     ("post", "/api/v1/selections/pay/release/", None),
     ("post", "/api/v1/selections/pay/extend/", {}),
     ("get", "/api/v1/locks/", None),
@@ -60,14 +66,18 @@ def assert_unavailable(response, caplog) -> None:
 
 
 @pytest.mark.parametrize("method, url, body", API_CALLS, ids=[f"{m} {u}" for m, u, _ in API_CALLS])
-def test_every_endpoint_answers_503_when_the_connection_is_lost(selected, caplog, method, url,
-                                                               body):
+def test_every_endpoint_answers_503_when_the_connection_is_lost(
+    selected, caplog, method, url, body
+):
     cut_connection()
     caplog.clear()
     response = getattr(selected, method)(url, body, format="json")
     assert_unavailable(response, caplog)
-    assert response.json() == {"code": "database_unavailable",
-                               "detail": "The database is unavailable.", "fields": {}}
+    assert response.json() == {
+        "code": "database_unavailable",
+        "detail": "The database is unavailable.",
+        "fields": {},
+    }
     # The broken connection was dropped: the next request connects afresh and succeeds.
     again = selected.get("/api/v1/selections/pay/")
     assert again.status_code == 200, again.json()
@@ -89,8 +99,10 @@ def lost() -> OperationalError:
     return error
 
 
-@pytest.mark.parametrize("path, content_type", [("/api/v1/tokens/", "application/json"),
-                                                ("/admin/", "text/plain; charset=utf-8")])
+@pytest.mark.parametrize(
+    "path, content_type",
+    [("/api/v1/tokens/", "application/json"), ("/admin/", "text/plain; charset=utf-8")],
+)
 def test_a_loss_raised_outside_a_view_is_503_too(path, content_type):
     request = RequestFactory().get(path)
     try:
@@ -105,18 +117,35 @@ def test_log_records_of_a_lost_connection_lose_their_traceback():
     try:
         raise lost()
     except OperationalError:
-        record = logging.LogRecord("django.request", logging.ERROR, __file__, 1,
-                                   "Internal Server Error: %s", ("/admin/",), sys.exc_info())
+        record = logging.LogRecord(
+            "django.request",
+            logging.ERROR,
+            __file__,
+            1,
+            "Internal Server Error: %s",
+            ("/admin/",),
+            sys.exc_info(),
+        )
     assert ConnectionLossFilter().filter(record)
     assert record.exc_info is None and record.levelno == logging.WARNING
-    assert record.getMessage() == ("Internal Server Error: /admin/ (database unavailable: "
-                                   "server closed the connection unexpectedly)")
+    assert record.getMessage() == (
+        "Internal Server Error: /admin/ (database unavailable: "
+        "server closed the connection unexpectedly)"
+    )
 
 
-@pytest.mark.parametrize("sqlstate, lost_connection", [
-    (None, True), ("08006", True), ("57P01", True), ("57P03", True),
-    ("57014", False), ("40P01", False), ("40001", False),
-])
+@pytest.mark.parametrize(
+    "sqlstate, lost_connection",
+    [
+        (None, True),
+        ("08006", True),
+        ("57P01", True),
+        ("57P03", True),
+        ("57014", False),
+        ("40P01", False),
+        ("40001", False),
+    ],
+)
 def test_only_errors_of_a_lost_connection_count(sqlstate, lost_connection):
     cause = psycopg.OperationalError("x")
     if sqlstate is not None:

@@ -62,8 +62,7 @@ def test_repeats_answer_within_the_same_budget(warm):
     select(warm, "tx-1", "10")
     total = Selection.objects.get(tx_id="tx-1").total
     spend(warm, "tx-1", [output(0, "bob", str(total))])
-    statements, response = queries_of(lambda: spend(warm, "tx-1",
-                                                    [output(0, "bob", str(total))]))
+    statements, response = queries_of(lambda: spend(warm, "tx-1", [output(0, "bob", str(total))]))
     assert len(statements) == 1 and response.json()["status"] == "spent"
     statements, response = queries_of(lambda: select(warm, "tx-1", "10", expect=200))
     assert len(statements) <= 3, statements

@@ -17,10 +17,17 @@ from tests.integration.api.conftest import counts, issue, select, token
 pytestmark = pytest.mark.django_db
 
 
-@pytest.mark.parametrize("text, rate", [
-    ("600/60s", Rate(600, 60.0)), ("10/1m", Rate(10, 60.0)), ("5/h", Rate(5, 3600.0)),
-    ("3/0.5s", Rate(3, 0.5)), ("1/2d", Rate(1, 172800.0)), (" 8 / 4 ", Rate(8, 4.0)),
-])
+@pytest.mark.parametrize(
+    "text, rate",
+    [
+        ("600/60s", Rate(600, 60.0)),
+        ("10/1m", Rate(10, 60.0)),
+        ("5/h", Rate(5, 3600.0)),
+        ("3/0.5s", Rate(3, 0.5)),
+        ("1/2d", Rate(1, 172800.0)),
+        (" 8 / 4 ", Rate(8, 4.0)),
+    ],
+)
 def test_parse_rate(text, rate):
     assert parse_rate(text) == rate
 
@@ -37,8 +44,9 @@ def test_a_malformed_limit_is_an_error(text):
 
 
 def backdate(key: str, seconds: float) -> None:
-    RateBucket.objects.filter(key=key).update(updated_at=F("updated_at") - timedelta(
-        seconds=seconds))
+    RateBucket.objects.filter(key=key).update(
+        updated_at=F("updated_at") - timedelta(seconds=seconds)
+    )
 
 
 def test_a_bucket_replenishes_continuously():
@@ -80,8 +88,7 @@ def test_a_busy_bucket_is_split_into_shards_each_with_its_share():
 
 @pytest.fixture
 def limited(settings):
-    settings.SHERDLOCK_RATE_LIMITS = {"selections_per_key": "3/60s",
-                                      "selections_per_wallet": "0"}
+    settings.SHERDLOCK_RATE_LIMITS = {"selections_per_key": "3/60s", "selections_per_wallet": "0"}
     return settings
 
 
@@ -112,8 +119,7 @@ def test_reads_and_other_writes_are_not_limited(api, limited):
 
 
 def test_the_wallet_limit_holds_across_keys(make_key, client_for, settings):
-    settings.SHERDLOCK_RATE_LIMITS = {"selections_per_key": "0",
-                                      "selections_per_wallet": "2/10s"}
+    settings.SHERDLOCK_RATE_LIMITS = {"selections_per_key": "0", "selections_per_wallet": "2/10s"}
     first, second = (client_for(make_key(name=n)[1]) for n in ("one", "two"))
     issue(first, *[token("m", i, quantity="1") for i in range(5)])
     select(first, "tx-1", "1")
@@ -125,10 +131,10 @@ def test_the_wallet_limit_holds_across_keys(make_key, client_for, settings):
     select(first, "tx-3", "1")
 
 
-def test_a_key_cannot_drain_the_bucket_of_a_wallet_outside_its_scope(make_key, client_for,
-                                                                     settings):
-    settings.SHERDLOCK_RATE_LIMITS = {"selections_per_key": "0",
-                                      "selections_per_wallet": "1/60s"}
+def test_a_key_cannot_drain_the_bucket_of_a_wallet_outside_its_scope(
+    make_key, client_for, settings
+):
+    settings.SHERDLOCK_RATE_LIMITS = {"selections_per_key": "0", "selections_per_wallet": "1/60s"}
     outsider = client_for(make_key(wallets=["mallory"], name="m")[1])
     for i in range(3):
         assert select(outsider, f"x-{i}", "1", expect=403).json()["code"] == "permission_denied"

@@ -52,7 +52,8 @@ def test_release_of_an_unknown_selection_is_404(api):
 
 def test_extend_renews_the_lease(api, selected):
     TokenLock.objects.filter(spender_tx_id="tx-1").update(
-        expires_at=timezone.now() + timedelta(seconds=5))
+        expires_at=timezone.now() + timedelta(seconds=5)
+    )
     body = post(api, "tx-1", "extend", {"seconds": 120})
     expires = datetime.fromisoformat(body["expires_at"])
     assert expires > timezone.now() + timedelta(seconds=100)
@@ -77,7 +78,8 @@ def test_extend_is_capped_at_the_maximum_lifetime(api, selected, settings):
 def test_extend_after_expiry_is_a_lost_lease(api, selected):
     past = timezone.now() - timedelta(minutes=5)
     TokenLock.objects.filter(spender_tx_id="tx-1").update(
-        created_at=past, expires_at=past + timedelta(seconds=1))
+        created_at=past, expires_at=past + timedelta(seconds=1)
+    )
     assert post(api, "tx-1", "extend", expect=409)["code"] == "lease_lost"
 
 

@@ -51,8 +51,13 @@ def selections() -> dict[str, Selection]:
     answered["released"] = release_selection("t-released").selection
     selected, _ = select_tokens("t-spent", "alice", "USD", 5)
     total = int(selected.total)
-    outcome = spend_selection("t-spent", [TokenSpec("t-spent", 0, "bob", "USD", 5),
-                                          TokenSpec("t-spent", 1, "alice", "USD", total - 5)])
+    outcome = spend_selection(
+        "t-spent",
+        [
+            TokenSpec("t-spent", 0, "bob", "USD", 5),
+            TokenSpec("t-spent", 1, "alice", "USD", total - 5),
+        ],
+    )
     answered["spent, as answered"] = outcome.selection
     answered["spent, as read"] = get_selection("t-spent")
     return answered

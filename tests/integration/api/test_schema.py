@@ -25,15 +25,24 @@ def test_the_schema_validates_without_warnings(schema):
     assert schema["openapi"].startswith("3.")
 
 
-@pytest.mark.parametrize("path, method", [
-    ("/api/v1/tokens/", "post"), ("/api/v1/tokens/", "get"),
-    ("/api/v1/wallets/{wallet}/balances/", "get"),
-    ("/api/v1/selections/", "post"), ("/api/v1/selections/", "get"),
-    ("/api/v1/selections/{tx_id}/", "get"), ("/api/v1/selections/{tx_id}/spend/", "post"),
-    ("/api/v1/selections/{tx_id}/release/", "post"),
-    ("/api/v1/selections/{tx_id}/extend/", "post"), ("/api/v1/locks/", "get"),
-    ("/healthz", "get"), ("/readyz", "get"), ("/api/v1/", "get"),
-])
+@pytest.mark.parametrize(
+    "path, method",
+    [
+        ("/api/v1/tokens/", "post"),
+        ("/api/v1/tokens/", "get"),
+        ("/api/v1/wallets/{wallet}/balances/", "get"),
+        ("/api/v1/selections/", "post"),
+        ("/api/v1/selections/", "get"),
+        ("/api/v1/selections/{tx_id}/", "get"),
+        ("/api/v1/selections/{tx_id}/spend/", "post"),
+        ("/api/v1/selections/{tx_id}/release/", "post"),
+        ("/api/v1/selections/{tx_id}/extend/", "post"),
+        ("/api/v1/locks/", "get"),
+        ("/healthz", "get"),
+        ("/readyz", "get"),
+        ("/api/v1/", "get"),
+    ],
+)
 def test_every_endpoint_is_documented(schema, path, method):
     assert method in schema["paths"][path]
 
@@ -41,15 +50,22 @@ def test_every_endpoint_is_documented(schema, path, method):
 def test_request_bodies_errors_and_the_key_scheme_are_documented(schema):
     select = schema["paths"]["/api/v1/selections/"]["post"]
     assert select["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
-        "/SelectRequest")
+        "/SelectRequest"
+    )
     assert {"201", "200", "400", "401", "403", "409", "429"} <= set(select["responses"])
     assert "funds_locked" in select["responses"]["409"]["description"]
     spend = schema["paths"]["/api/v1/selections/{tx_id}/spend/"]["post"]
     assert "422" in spend["responses"]
     components = schema["components"]
     quantity = components["schemas"]["SelectRequest"]["properties"]["quantity"]
-    assert quantity == {"type": "string", "pattern": QUANTITY_PATTERN, "minLength": 1,
-                        "maxLength": 20, "example": "100", "description": quantity["description"]}
+    assert quantity == {
+        "type": "string",
+        "pattern": QUANTITY_PATTERN,
+        "minLength": 1,
+        "maxLength": 20,
+        "example": "100",
+        "description": quantity["description"],
+    }
     assert set(components["schemas"]["Error"]["required"]) >= {"code", "detail", "fields"}
     assert components["securitySchemes"]["ApiKey"]["name"] == "Authorization"
 

@@ -16,17 +16,88 @@ from tests.integration.api.conftest import issue, select, token
 
 pytestmark = pytest.mark.django_db
 
-NAMES = ["a", "x" * 128, "x" * 129, "", " ", "   ", " a", "a ", "\u00a0", "a\u00a0b", "\u3000",
-         "a\tb", "a\nb", "\n", "a\n", "\x7f", "a\x85", "\x9f", "\u200b", "\ufeff", "\u2028",
-         "\u00e9t\u00e9", "\uff41", "\U0001f600" * 128, "\U0001f600" * 129, "a/b", "/",
-         "%2F", "..", "a b", "C" * 32, "C" * 33]
-QUANTITIES = ["1", "9", "10", "0", "00", "01", "007", "9" * 19, "1" + "0" * 19,
-              "18446744073709551615", "18446744073709551614", "18446744073709551616",
-              "19000000000000000000", "99999999999999999999", "1" + "0" * 20, "-1", "+1",
-              " 1", "1 ", "1\n", "1.0", "1e3", "", "\u0661", "\uff11", 1, None]
+NAMES = [
+    "a",
+    "x" * 128,
+    "x" * 129,
+    "",
+    " ",
+    "   ",
+    " a",
+    "a ",
+    "\u00a0",
+    "a\u00a0b",
+    "\u3000",
+    "a\tb",
+    "a\nb",
+    "\n",
+    "a\n",
+    "\x7f",
+    "a\x85",
+    "\x9f",
+    "\u200b",
+    "\ufeff",
+    "\u2028",
+    "\u00e9t\u00e9",
+    "\uff41",
+    "\U0001f600" * 128,
+    "\U0001f600" * 129,
+    "a/b",
+    "/",
+    "%2F",
+    "..",
+    "a b",
+    "C" * 32,
+    "C" * 33,
+]
+QUANTITIES = [
+    "1",
+    "9",
+    "10",
+    "0",
+    "00",
+    "01",
+    "007",
+    "9" * 19,
+    "1" + "0" * 19,
+    "18446744073709551615",
+    "18446744073709551614",
+    "18446744073709551616",
+    "19000000000000000000",
+    "99999999999999999999",
+    "1" + "0" * 20,
+    "-1",
+    "+1",
+    " 1",
+    "1 ",
+    "1\n",
+    "1.0",
+    "1e3",
+    "",
+    "\u0661",
+    "\uff11",
+    1,
+    None,
+]
 INDEXES = [0, 1, 2**31 - 1, 2**31, -1, "1", 1.0, True, None]
-PAGE_SIZES = ["1", "1000", "0", "1001", "0010", "01000", "00000", "-1", "+5", " 5", "5 ",
-              "1.0", "", "abc", "\u0665", "99999999999999999999"]
+PAGE_SIZES = [
+    "1",
+    "1000",
+    "0",
+    "1001",
+    "0010",
+    "01000",
+    "00000",
+    "-1",
+    "+5",
+    " 5",
+    "5 ",
+    "1.0",
+    "",
+    "abc",
+    "\u0665",
+    "99999999999999999999",
+]
 
 
 @pytest.fixture(scope="module")
@@ -73,27 +144,39 @@ def refused(response, field: str) -> bool:
 
 
 def disagreements(cases) -> list:
-    return [(value, schema_says, server_says) for value, schema_says, server_says in cases
-            if schema_says != server_says]
+    return [
+        (value, schema_says, server_says)
+        for value, schema_says, server_says in cases
+        if schema_says != server_says
+    ]
 
 
-@pytest.mark.parametrize("component_name, field, url, build, values", [
-    ("SelectRequest", "tx_id", "/api/v1/selections/", "select", NAMES),
-    ("SelectRequest", "wallet", "/api/v1/selections/", "select", NAMES),
-    ("SelectRequest", "currency", "/api/v1/selections/", "select", NAMES),
-    ("SelectRequest", "quantity", "/api/v1/selections/", "select", QUANTITIES),
-    ("TokenSpec", "tx_id", "/api/v1/tokens/", "issue", NAMES),
-    ("TokenSpec", "wallet", "/api/v1/tokens/", "issue", NAMES),
-    ("TokenSpec", "currency", "/api/v1/tokens/", "issue", NAMES),
-    ("TokenSpec", "quantity", "/api/v1/tokens/", "issue", QUANTITIES),
-    ("TokenSpec", "index", "/api/v1/tokens/", "issue", INDEXES),
-    ("Output", "wallet", "/api/v1/selections/pay/spend/", "spend", NAMES),
-    ("Output", "currency", "/api/v1/selections/pay/spend/", "spend", NAMES),
-    ("Output", "quantity", "/api/v1/selections/pay/spend/", "spend", QUANTITIES),
-    ("Output", "index", "/api/v1/selections/pay/spend/", "spend", INDEXES),
-    ("Extend", "seconds", "/api/v1/selections/pay/extend/", "extend",
-     [1, 86400, 0, 86401, -1, 60.0, 1.5, "60", True, None, [60]]),
-], ids=lambda v: v if isinstance(v, str) and not v.startswith("/") else None)
+@pytest.mark.parametrize(
+    "component_name, field, url, build, values",
+    [
+        ("SelectRequest", "tx_id", "/api/v1/selections/", "select", NAMES),
+        ("SelectRequest", "wallet", "/api/v1/selections/", "select", NAMES),
+        ("SelectRequest", "currency", "/api/v1/selections/", "select", NAMES),
+        ("SelectRequest", "quantity", "/api/v1/selections/", "select", QUANTITIES),
+        ("TokenSpec", "tx_id", "/api/v1/tokens/", "issue", NAMES),
+        ("TokenSpec", "wallet", "/api/v1/tokens/", "issue", NAMES),
+        ("TokenSpec", "currency", "/api/v1/tokens/", "issue", NAMES),
+        ("TokenSpec", "quantity", "/api/v1/tokens/", "issue", QUANTITIES),
+        ("TokenSpec", "index", "/api/v1/tokens/", "issue", INDEXES),
+        ("Output", "wallet", "/api/v1/selections/pay/spend/", "spend", NAMES),
+        ("Output", "currency", "/api/v1/selections/pay/spend/", "spend", NAMES),
+        ("Output", "quantity", "/api/v1/selections/pay/spend/", "spend", QUANTITIES),
+        ("Output", "index", "/api/v1/selections/pay/spend/", "spend", INDEXES),
+        (
+            "Extend",
+            "seconds",
+            "/api/v1/selections/pay/extend/",
+            "extend",
+            [1, 86400, 0, 86401, -1, 60.0, 1.5, "60", True, None, [60]],
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) and not v.startswith("/") else None,
+)
 def test_body_fields(schema, ops, component_name, field, url, build, values):
     cases = []
     for n, value in enumerate(values):
@@ -109,32 +192,48 @@ def test_body_fields(schema, ops, component_name, field, url, build, values):
             body, path = {"outputs": [output]}, f"outputs.0.{field}"
         response = ops.post(url, body, format="json")
         assert response.status_code < 500, response.content
-        cases.append((value, admits(component(schema, component_name, field), value),
-                      not refused(response, path)))
+        cases.append(
+            (
+                value,
+                admits(component(schema, component_name, field), value),
+                not refused(response, path),
+            )
+        )
     assert disagreements(cases) == []
 
 
-@pytest.mark.parametrize("url, name, values", [
-    ("/api/v1/tokens/", "page_size", PAGE_SIZES),
-    ("/api/v1/selections/", "page_size", PAGE_SIZES),
-    ("/api/v1/locks/", "page_size", PAGE_SIZES),
-    ("/api/v1/tokens/", "wallet", NAMES), ("/api/v1/tokens/", "currency", NAMES),
-    ("/api/v1/tokens/", "spent", ["true", "false", "", "True", "1", "true "]),
-    ("/api/v1/selections/", "wallet", NAMES), ("/api/v1/selections/", "currency", NAMES),
-    ("/api/v1/selections/", "status", ["locked", "spent", "released", "", "LOCKED", "x"]),
-    ("/api/v1/locks/", "wallet", NAMES), ("/api/v1/locks/", "currency", NAMES),
-    ("/api/v1/locks/", "spender_tx_id", NAMES),
-    ("/api/v1/locks/", "state", ["live", "expired", "", "Live", "dead"]),
-    ("/api/v1/wallets/{wallet}/balances/", "currency", NAMES),
-])
+@pytest.mark.parametrize(
+    "url, name, values",
+    [
+        ("/api/v1/tokens/", "page_size", PAGE_SIZES),
+        ("/api/v1/selections/", "page_size", PAGE_SIZES),
+        ("/api/v1/locks/", "page_size", PAGE_SIZES),
+        ("/api/v1/tokens/", "wallet", NAMES),
+        ("/api/v1/tokens/", "currency", NAMES),
+        ("/api/v1/tokens/", "spent", ["true", "false", "", "True", "1", "true "]),
+        ("/api/v1/selections/", "wallet", NAMES),
+        ("/api/v1/selections/", "currency", NAMES),
+        ("/api/v1/selections/", "status", ["locked", "spent", "released", "", "LOCKED", "x"]),
+        ("/api/v1/locks/", "wallet", NAMES),
+        ("/api/v1/locks/", "currency", NAMES),
+        ("/api/v1/locks/", "spender_tx_id", NAMES),
+        ("/api/v1/locks/", "state", ["live", "expired", "", "Live", "dead"]),
+        ("/api/v1/wallets/{wallet}/balances/", "currency", NAMES),
+    ],
+)
 def test_query_parameters(schema, ops, url, name, values):
     subschema = parameter(schema, url, name)
     cases = []
     for value in values:
         response = ops.get(url.replace("{wallet}", "w"), {name: value})
         assert response.status_code < 500, response.content
-        cases.append((value, admits(subschema, as_query_value(subschema, value)),
-                      response.status_code == 200))
+        cases.append(
+            (
+                value,
+                admits(subschema, as_query_value(subschema, value)),
+                response.status_code == 200,
+            )
+        )
     assert disagreements(cases) == []
 
 
@@ -149,6 +248,11 @@ def test_path_parameters(schema, ops):
         from urllib.parse import quote
 
         read = ops.get(f"/api/v1/selections/{quote(value, safe='')}/")
-        cases.append((value, admits(subschema, value),
-                      created.status_code == 201 and read.status_code == 200))
+        cases.append(
+            (
+                value,
+                admits(subschema, value),
+                created.status_code == 201 and read.status_code == 200,
+            )
+        )
     assert disagreements(cases) == []

@@ -18,8 +18,12 @@ URL = "/api/v1/selections/"
 
 @pytest.fixture
 def funded(api):
-    issue(api, token("m", 0, quantity="50"), token("m", 1, quantity="30"),
-          token("m", 2, quantity="20"))
+    issue(
+        api,
+        token("m", 0, quantity="50"),
+        token("m", 1, quantity="30"),
+        token("m", 2, quantity="20"),
+    )
     return api
 
 
@@ -28,8 +32,12 @@ def test_select_locks_tokens_covering_the_quantity(funded):
     body = response.json()
     assert response["Location"] == "/api/v1/selections/tx-1/"
     assert {k: body[k] for k in ("tx_id", "wallet", "currency", "quantity", "status")} == {
-        "tx_id": "tx-1", "wallet": "alice", "currency": "USD", "quantity": "60",
-        "status": "locked"}
+        "tx_id": "tx-1",
+        "wallet": "alice",
+        "currency": "USD",
+        "quantity": "60",
+        "status": "locked",
+    }
     assert int(body["total"]) >= 60
     assert sum(int(t["quantity"]) for t in body["tokens"]) == int(body["total"])
     assert body["change"] == str(int(body["total"]) - 60)
@@ -136,23 +144,35 @@ def test_a_selection_reports_its_real_state_lost_then_expired(funded):
     assert funded.get(f"{URL}?status=locked").json()["results"] == []
 
 
-@pytest.mark.parametrize("header, applied", [
-    ("wait=5", "wait=5"), ("respond-async, wait=7", "wait=7"), ('wait="3"', "wait=3"),
-    ("wait=600", "wait=60"),  # capped at the longest wait the server grants
-    ("wait=soon", None), ("handling=lenient", None),  # hints: ignored when not understood
-])
+@pytest.mark.parametrize(
+    "header, applied",
+    [
+        ("wait=5", "wait=5"),
+        ("respond-async, wait=7", "wait=7"),
+        ('wait="3"', "wait=3"),
+        ("wait=600", "wait=60"),  # capped at the longest wait the server grants
+        ("wait=soon", None),
+        ("handling=lenient", None),  # hints: ignored when not understood
+    ],
+)
 def test_a_prefer_wait_header_is_honoured_and_says_so(funded, header, applied):
-    response = funded.post(URL, {"tx_id": f"tx-{len(header)}", "wallet": "alice",
-                                 "currency": "USD", "quantity": "10"}, format="json",
-                           HTTP_PREFER=header)
+    response = funded.post(
+        URL,
+        {"tx_id": f"tx-{len(header)}", "wallet": "alice", "currency": "USD", "quantity": "10"},
+        format="json",
+        HTTP_PREFER=header,
+    )
     assert response.status_code == 201
     assert response.get("Preference-Applied") == applied
 
 
 def test_a_wait_field_outside_its_range_is_refused(funded):
     for wait in (-1, 61, "5", 1.5):
-        response = funded.post(URL, {"tx_id": "tx", "wallet": "alice", "currency": "USD",
-                                     "quantity": "10", "wait": wait}, format="json")
+        response = funded.post(
+            URL,
+            {"tx_id": "tx", "wallet": "alice", "currency": "USD", "quantity": "10", "wait": wait},
+            format="json",
+        )
         assert response.status_code == 400 and "wait" in response.json()["fields"], wait
 
 

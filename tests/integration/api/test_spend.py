@@ -27,7 +27,8 @@ def expire(tx_id: str) -> None:
     """Make a selection's locks look expired (created earlier, so the check constraint holds)."""
     past = timezone.now() - timedelta(minutes=5)
     TokenLock.objects.filter(spender_tx_id=tx_id).update(
-        created_at=past, expires_at=past + timedelta(seconds=1))
+        created_at=past, expires_at=past + timedelta(seconds=1)
+    )
 
 
 def test_spend_marks_inputs_spent_and_creates_outputs_atomically(api, selected):
@@ -35,7 +36,9 @@ def test_spend_marks_inputs_spent_and_creates_outputs_atomically(api, selected):
     body = spend(api, "pay-1", [output(0, "bob", "60"), output(1, "alice", "20")]).json()
     assert body["status"] == "spent" and body["spent_at"]
     assert [(o["tx_id"], o["index"], o["wallet"], o["quantity"]) for o in body["outputs"]] == [
-        ("pay-1", 0, "bob", "60"), ("pay-1", 1, "alice", "20")]
+        ("pay-1", 0, "bob", "60"),
+        ("pay-1", 1, "alice", "20"),
+    ]
     assert set(Token.objects.filter(tx_id="m").values_list("spent_by", flat=True)) == {"pay-1"}
     assert Token.objects.unspent().filter(wallet="alice").aggregate(s=Sum("quantity"))["s"] == 20
     assert Token.objects.unspent().filter(wallet="bob").aggregate(s=Sum("quantity"))["s"] == 60
@@ -56,11 +59,15 @@ def test_a_second_spend_with_other_outputs_is_already_spent(api, selected):
     assert not Token.objects.filter(wallet="carol").exists()
 
 
-@pytest.mark.parametrize("outputs", [
-    [output(0, "bob", "79")],
-    [output(0, "bob", "60"), output(1, "alice", "21")],
-    [output(0, "bob", "80", currency="EUR")],
-], ids=["short", "over", "other-currency"])
+@pytest.mark.parametrize(
+    "outputs",
+    [
+        [output(0, "bob", "79")],
+        [output(0, "bob", "60"), output(1, "alice", "21")],
+        [output(0, "bob", "80", currency="EUR")],
+    ],
+    ids=["short", "over", "other-currency"],
+)
 def test_outputs_must_conserve_value_in_the_selection_currency(api, selected, outputs):
     before = counts()
     response = spend(api, "pay-1", outputs, expect=422)
@@ -71,8 +78,7 @@ def test_outputs_must_conserve_value_in_the_selection_currency(api, selected, ou
 
 def test_duplicate_output_indexes_are_refused(api, selected):
     before = counts()
-    response = spend(api, "pay-1", [output(0, "bob", "40"), output(0, "alice", "40")],
-                     expect=400)
+    response = spend(api, "pay-1", [output(0, "bob", "40"), output(0, "alice", "40")], expect=400)
     assert response.json()["code"] == "invalid"
     assert "outputs" in response.json()["fields"]
     assert counts() == before
@@ -109,8 +115,14 @@ def test_an_output_that_already_exists_is_an_output_conflict(api, selected):
     # Only a race lets an issue slip under a selection's tx id (each refuses the other):
     # stage its outcome directly.
     selection = Selection.objects.get(tx_id="pay-1")
-    Token.objects.create(namespace=selection.namespace, tx_id="pay-1", index=0, wallet="bob",
-                         currency="USD", quantity=1)
+    Token.objects.create(
+        namespace=selection.namespace,
+        tx_id="pay-1",
+        index=0,
+        wallet="bob",
+        currency="USD",
+        quantity=1,
+    )
     before = counts()
     response = spend(api, "pay-1", [output(0, "bob", "80")], expect=409)
     assert response.json()["code"] == "output_conflict"

@@ -20,9 +20,10 @@ def test_issue_creates_tokens_and_returns_them_with_string_quantities(api):
     response = issue(api, token("mint", 0, quantity="100"), token("mint", 1, "bob", "EUR", big))
     body = response.json()
     assert body["created"] == 2
-    assert [(t["tx_id"], t["index"], t["wallet"], t["currency"], t["quantity"], t["spent"])
-            for t in body["tokens"]] == [("mint", 0, "alice", "USD", "100", False),
-                                         ("mint", 1, "bob", "EUR", big, False)]
+    assert [
+        (t["tx_id"], t["index"], t["wallet"], t["currency"], t["quantity"], t["spent"])
+        for t in body["tokens"]
+    ] == [("mint", 0, "alice", "USD", "100", False), ("mint", 1, "bob", "EUR", big, False)]
     stored = Token.objects.get(tx_id="mint", index=1)
     assert stored.quantity == Decimal(2**64 - 1)
 

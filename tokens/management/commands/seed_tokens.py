@@ -26,8 +26,9 @@ class Command(DatabaseCommand):
         parser.add_argument("--wallets", type=int, default=10, help="number of wallets")
         parser.add_argument("--tokens-per-wallet", type=int, default=100)
         parser.add_argument("--currency", default="USD")
-        parser.add_argument("--wallet-prefix", default="wallet-",
-                            help="wallets are named <prefix><n>, n from 0")
+        parser.add_argument(
+            "--wallet-prefix", default="wallet-", help="wallets are named <prefix><n>, n from 0"
+        )
         parser.add_argument("--min-quantity", type=int, default=1)
         parser.add_argument("--max-quantity", type=int, default=1000)
         parser.add_argument("--seed", type=int, default=None, help="random seed for quantities")
@@ -48,8 +49,14 @@ class Command(DatabaseCommand):
         total = wallets * per_wallet
         started = time.monotonic()
         issued = 0
-        with tqdm(total=total, unit="tok", unit_scale=True, disable=options["no_progress"],
-                  desc="seeding tokens", file=sys.stderr) as bar:
+        with tqdm(
+            total=total,
+            unit="tok",
+            unit_scale=True,
+            disable=options["no_progress"],
+            desc="seeding tokens",
+            file=sys.stderr,
+        ) as bar:
             rows: list[tuple[str, int, str, str, int]] = []
             for w in range(wallets):
                 wallet = f"{options['wallet_prefix']}{w}"
@@ -64,19 +71,19 @@ class Command(DatabaseCommand):
                 issued += self._copy(rows)
                 bar.update(len(rows))
         elapsed = time.monotonic() - started
-        self.stdout.write(self.style.SUCCESS(
-            f"created {issued} tokens in {wallets} wallet(s) of {currency} "
-            f"in {elapsed:.1f}s ({issued / max(elapsed, 1e-9):,.0f} tokens/s)"
-        ))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"created {issued} tokens in {wallets} wallet(s) of {currency} "
+                f"in {elapsed:.1f}s ({issued / max(elapsed, 1e-9):,.0f} tokens/s)"
+            )
+        )
 
     def _copy(self, rows: list[tuple[str, int, str, str, int]]) -> int:
         # One transaction per chunk keeps progress visible and memory flat; the chunk's value
         # joins the supply summary in the same transaction.
         totals: dict[str, int] = {}
         with transaction.atomic(), connection.cursor() as cursor:
-            copy_sql = (
-                'COPY tokens_token (tx_id, "index", wallet, currency, quantity) FROM STDIN'
-            )
+            copy_sql = 'COPY tokens_token (tx_id, "index", wallet, currency, quantity) FROM STDIN'
             with cursor.cursor.copy(copy_sql) as copy:
                 for row in rows:
                     copy.write_row(row)

@@ -8,13 +8,17 @@ from tokens import supply
 
 
 class Command(BaseCommand):
-    help = ("Recount the unspent supply per currency and compare it with the summary the "
-            "dashboard reads (exit 1 on a difference); --rebuild replaces the summary.")
+    help = (
+        "Recount the unspent supply per currency and compare it with the summary the "
+        "dashboard reads (exit 1 on a difference); --rebuild replaces the summary."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--rebuild", action="store_true",
-                            help="replace the summary by the recount (after loading or "
-                                 "deleting tokens by hand)")
+        parser.add_argument(
+            "--rebuild",
+            action="store_true",
+            help="replace the summary by the recount (after loading or deleting tokens by hand)",
+        )
 
     def handle(self, *args, **options) -> None:
         if options["rebuild"]:
@@ -30,6 +34,7 @@ class Command(BaseCommand):
         if drift:
             for currency, (kept, real) in drift.items():
                 self.stderr.write(f"{currency}: summary {kept}, tokens {real}")
-            raise CommandError("the supply summary differs from the tokens; "
-                               "run `manage.py supply --rebuild`")
+            raise CommandError(
+                "the supply summary differs from the tokens; run `manage.py supply --rebuild`"
+            )
         self.stdout.write(self.style.SUCCESS("the summary matches the tokens"))
