@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers.processes import POOL_SIZE, child_env, database_url
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -28,16 +25,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         embedded_db.stop(server.data_dir)
 
 
-def database_url(settings_dict: dict) -> str:
-    """Return a DATABASE_URL for a Django connection's settings (socket hosts percent-encoded)."""
-    host = quote(str(settings_dict.get("HOST") or "127.0.0.1"), safe="")
-    port = settings_dict.get("PORT") or 5432
-    user = quote(settings_dict.get("USER") or "postgres", safe="")
-    password = settings_dict.get("PASSWORD") or ""
-    auth = f"{user}:{quote(password, safe='')}" if password else user
-    return f"postgresql://{auth}@{host}:{port}/{settings_dict['NAME']}"
-
-
 @pytest.fixture
 def db_url(transactional_db) -> str:
     """The test database's URL, for replica processes that must see committed rows."""
@@ -46,24 +33,10 @@ def db_url(transactional_db) -> str:
     return database_url(connection.settings_dict)
 
 
-def child_env(db_url: str) -> dict[str, str]:
-    """Return the environment of a child process that uses the database at ``db_url``."""
-    env = dict(os.environ)
-    env["DATABASE_URL"] = db_url
-    env["DJANGO_SETTINGS_MODULE"] = "config.settings"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
-
-
 @pytest.fixture
 def subprocess_env(db_url: str) -> dict[str, str]:
     """Environment for a child process that uses the test database."""
     return child_env(db_url)
-
-
-# Server sessions the test PgBouncer lends out per database, fewer than the replica processes
-# the pooled tests start: clients must wait their turn for a session, as at scale.
-POOL_SIZE = 10
 
 
 @pytest.fixture

@@ -64,3 +64,41 @@ def make_lock(token, spender_tx_id: str = "spender", fence: int = 1, ttl: float 
     )
     lock.save(force_insert=True)
     return lock
+
+
+def lock_tokens(tokens, spender="spender", ttl=60.0, fence=1):
+    """Lock ``tokens`` for ``spender`` (a negative ``ttl``: expired that long ago)."""
+    from locks.models import TokenLock
+
+    now = timezone.now()
+    created = now if ttl >= 0 else now + timedelta(seconds=ttl - 1)
+    return TokenLock.objects.bulk_create(
+        TokenLock.of(
+            t,
+            spender_tx_id=spender,
+            fence=fence,
+            created_at=created,
+            expires_at=now + timedelta(seconds=ttl),
+        )
+        for t in tokens
+    )
+
+
+def make_selection(tokens, tx_id, status="locked", ttl=60.0, lock=True):
+    """Create a selection of ``tokens`` (and their locks unless ``lock`` is false)."""
+    from locks.models import Selection
+
+    total = sum(t.quantity for t in tokens)
+    selection = Selection.objects.create(
+        tx_id=tx_id,
+        wallet=tokens[0].wallet,
+        currency=tokens[0].currency,
+        quantity=total,
+        total=total,
+        token_ids=[t.pk for t in tokens],
+        status=status,
+        expires_at=timezone.now() + timedelta(seconds=ttl),
+    )
+    if lock:
+        lock_tokens(tokens, spender=tx_id, ttl=ttl, fence=selection.fence)
+    return selection

@@ -24,7 +24,7 @@ from pathlib import Path
 import psycopg
 
 from config import embedded_db
-from tests.conftest import ROOT, child_env
+from tests.helpers.processes import ROOT, child_env
 
 SUCCESS = {200, 201}
 # Answers a healthy server may give to the load: funds taken by others or too few, a spend

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
 from tests.e2e.test_serve import free_port, wait_for
+from tests.helpers.processes import ROOT
 
 
 @dataclass

@@ -11,8 +11,8 @@ import pytest
 from django.utils import timezone
 
 from locks.models import FailedSelection, HousekeepingRun, LockAudit, Selection, TokenLock
-from tests.conftest import ROOT
 from tests.factories import make_token, make_tokens
+from tests.helpers.processes import ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

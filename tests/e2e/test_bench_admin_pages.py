@@ -15,7 +15,7 @@ from django.conf import settings
 
 from bench import database
 from bench.admin_pages import PAGES
-from tests.conftest import ROOT, database_url
+from tests.helpers.processes import ROOT, database_url
 
 
 @pytest.mark.timeout(600)

@@ -21,7 +21,7 @@ from bench import database, strategies
 from bench.strategies import BASELINES, HTTP, LISTENER, OURS
 from bench.verify import overlapping_holds, spent_twice
 from bench.worker import Record
-from tests.conftest import ROOT, database_url
+from tests.helpers.processes import ROOT, database_url
 
 WORKLOADS = ("spread", "hot-wallet", "hot-tokens")
 CHAIN = 6

@@ -15,8 +15,8 @@ import pytest
 
 from config import broker
 from locks.models import HousekeepingRun, TokenLock
-from tests.conftest import ROOT
 from tests.factories import make_lock, make_token
+from tests.helpers.processes import ROOT
 
 WAIT = 60.0
 SUCCEEDED = re.compile(r"Task locks\.housekeeping\[[^\]]+\] succeeded in [^:]+: (.*)")

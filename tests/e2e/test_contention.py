@@ -18,8 +18,8 @@ import pytest
 from django.db.models import Sum
 
 from locks.models import Selection, TokenLock
-from tests.conftest import ROOT
 from tests.factories import make_tokens
+from tests.helpers.processes import ROOT
 from tokens.models import Token
 
 

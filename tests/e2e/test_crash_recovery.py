@@ -20,8 +20,8 @@ from locks.housekeeping import run_housekeeping
 from locks.models import TokenLock
 from locks.services import select_tokens
 from sherdlock import FundsLocked
-from tests.conftest import ROOT
 from tests.factories import make_tokens
+from tests.helpers.processes import ROOT
 from tokens.models import Token
 
 LEASE = 2  # seconds, for the replicas started here

@@ -19,7 +19,6 @@ from decimal import Decimal
 import psutil
 import pytest
 
-from tests.conftest import child_env
 from tests.e2e.faults import (
     Database,
     check_invariants,
@@ -32,6 +31,7 @@ from tests.e2e.faults import (
     wait_for_no_live_locks,
 )
 from tests.e2e.servers import gunicorn
+from tests.helpers.processes import child_env
 
 LEASE = 3.0
 TOKENS_PER_WALLET = 40

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, settings
 from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import ignored_auth, positive_data_acceptance
 
-from tests.conftest import child_env, database_url
 from tests.e2e.servers import Gunicorn, gunicorn
+from tests.helpers.processes import child_env, database_url
 
 # Declares that the tests need the test database (each runs in a transaction of its own that
 # touches nothing); the data are seeded once, committed, by the module's server fixture.

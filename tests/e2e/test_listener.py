@@ -23,9 +23,9 @@ from prometheus_client import REGISTRY
 from locks import notifications, replica
 from locks.listener import CacheListener
 from sherdlock import TokenCache, WalletKey
-from tests.conftest import ROOT
 from tests.e2e.test_contention import assert_books_balance, assert_never_held_twice, run_replicas
 from tests.factories import make_tokens
+from tests.helpers.processes import ROOT
 from tokens.services import TokenSpec, issue_tokens
 
 WAIT = 20.0  # seconds any awaited change may take before the test fails

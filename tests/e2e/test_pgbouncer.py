@@ -19,7 +19,6 @@ from django.db import connection
 from locks import notifications
 from locks.housekeeping import GUARD_APPLICATION_NAME, GUARD_KEY, run_housekeeping
 from locks.models import TokenLock
-from tests.conftest import POOL_SIZE, ROOT
 from tests.e2e.test_contention import (
     assert_books_balance,
     assert_never_held_twice,
@@ -28,6 +27,7 @@ from tests.e2e.test_contention import (
 )
 from tests.e2e.test_listener import Worker, wait_for
 from tests.factories import make_lock, make_token, make_tokens
+from tests.helpers.processes import POOL_SIZE, ROOT
 from tests.integration.test_housekeeping import holder_has_gone
 from tokens.services import TokenSpec, issue_tokens
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from config import embedded_db
-from tests.conftest import ROOT
+from tests.helpers.processes import ROOT
 
 
 def free_port() -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from decimal import Decimal
 from io import StringIO
 
@@ -16,7 +15,7 @@ from django.utils import timezone
 
 from common import pagination
 from locks.models import FailedSelection, HousekeepingRun, LockAudit, Selection, TokenLock
-from tests.factories import make_lock, make_token, make_tokens
+from tests.factories import lock_tokens, make_lock, make_selection, make_token, make_tokens
 from tokens.models import Token
 
 pytestmark = pytest.mark.django_db
@@ -31,38 +30,6 @@ DASHBOARD = reverse("admin-dashboard")
 @pytest.fixture(autouse=True)
 def fresh_cache():
     cache.clear()  # the currency list is cached between page loads
-
-
-def lock_tokens(tokens, spender="spender", ttl=60.0, fence=1):
-    now = timezone.now()
-    created = now if ttl >= 0 else now + timedelta(seconds=ttl - 1)
-    return TokenLock.objects.bulk_create(
-        TokenLock.of(
-            t,
-            spender_tx_id=spender,
-            fence=fence,
-            created_at=created,
-            expires_at=now + timedelta(seconds=ttl),
-        )
-        for t in tokens
-    )
-
-
-def make_selection(tokens, tx_id, status=Selection.Status.LOCKED, ttl=60.0, lock=True):
-    total = sum(t.quantity for t in tokens)
-    selection = Selection.objects.create(
-        tx_id=tx_id,
-        wallet=tokens[0].wallet,
-        currency=tokens[0].currency,
-        quantity=total,
-        total=total,
-        token_ids=[t.pk for t in tokens],
-        status=status,
-        expires_at=timezone.now() + timedelta(seconds=ttl),
-    )
-    if lock:
-        lock_tokens(tokens, spender=tx_id, ttl=ttl, fence=selection.fence)
-    return selection
 
 
 def add_rows(model: str, count: int, user) -> None:

@@ -14,8 +14,7 @@ from django.utils import timezone
 
 from clients.models import ApiKey
 from locks.models import FailedSelection, HousekeepingRun, LockAudit
-from tests.factories import make_token
-from tests.integration.test_admin import lock_tokens, make_selection
+from tests.factories import lock_tokens, make_selection, make_token
 
 pytestmark = pytest.mark.django_db
 

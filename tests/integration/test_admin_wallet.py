@@ -15,8 +15,7 @@ from clients.throttling import Rate, consume
 from locks import replica as replica_module
 from locks.models import FailedSelection, LockAudit, Selection, TokenLock
 from locks.wallet import LIST_SIZE
-from tests.factories import make_token, make_tokens
-from tests.integration.test_admin import lock_tokens, make_selection
+from tests.factories import lock_tokens, make_selection, make_token, make_tokens
 from tokens.admin import wallet_url as admin_wallet_url
 from tokens.models import Token
 

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from tests.conftest import ROOT, child_env, database_url
+from tests.helpers.processes import ROOT, child_env, database_url
 
 COMMANDS = [
     ["create_api_key", "backend", "--wallet", "alice", "--select"],

@@ -9,8 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from locks.dashboard import build_dashboard, lock_figures
-from tests.factories import make_tokens
-from tests.integration.test_admin import lock_tokens
+from tests.factories import lock_tokens, make_tokens
 from tokens.models import CurrencySupply
 
 pytestmark = pytest.mark.django_db

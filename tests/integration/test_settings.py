@@ -12,7 +12,7 @@ from config.settings import (
     direct_database_url,
     prepare_threshold,
 )
-from tests.conftest import ROOT
+from tests.helpers.processes import ROOT
 
 
 def test_sqlite_url_is_refused_with_a_clear_error():

@@ -19,7 +19,7 @@ from clients import authentication
 from clients.models import ApiKey
 from locks.models import Selection, TokenLock
 from tests.factories import make_lock, make_token
-from tests.integration.api.conftest import counts, issue, output, select, token
+from tests.helpers.api import counts, issue, output, select, token
 
 pytestmark = pytest.mark.django_db
 

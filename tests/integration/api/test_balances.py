@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.factories import make_lock, make_token
-from tests.integration.api.conftest import issue, select, token
+from tests.helpers.api import issue, select, token
 
 pytestmark = pytest.mark.django_db
 

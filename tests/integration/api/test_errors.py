@@ -9,7 +9,7 @@ from rest_framework import exceptions
 
 from config.exceptions import exception_handler
 from sherdlock import FundsLocked, InvalidRequest, SherdlockError, WalletKey
-from tests.integration.api.conftest import counts, issue, output, select, token
+from tests.helpers.api import counts, issue, output, select, token
 
 pytestmark = pytest.mark.django_db
 

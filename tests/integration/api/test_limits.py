@@ -11,7 +11,7 @@ import json
 import pytest
 
 from tests.factories import make_lock, make_token
-from tests.integration.api.conftest import counts, issue, output, select, token
+from tests.helpers.api import counts, issue, output, select, token
 
 pytestmark = pytest.mark.django_db
 

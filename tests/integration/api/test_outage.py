@@ -13,8 +13,8 @@ from django.test import RequestFactory
 
 from config.outage import ConnectionLossFilter, is_connection_loss
 from config.views import server_error
-from tests.conftest import database_url
-from tests.integration.api.conftest import issue, select, token
+from tests.helpers.api import issue, select, token
+from tests.helpers.processes import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,7 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from locks.models import Selection, TokenLock
-from tests.integration.api.conftest import issue, output, select, spend, token
+from tests.helpers.api import issue, output, select, spend, token
 
 # Outside a test transaction, as in production: no savepoints in the counts.
 pytestmark = pytest.mark.django_db(transaction=True)

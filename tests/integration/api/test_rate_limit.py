@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from clients.models import RateBucket
 from clients.throttling import Rate, consume, parse_rate
-from tests.integration.api.conftest import counts, issue, select, token
+from tests.helpers.api import counts, issue, select, token
 
 pytestmark = pytest.mark.django_db
 

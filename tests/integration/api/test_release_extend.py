@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from locks.models import Selection, TokenLock
-from tests.integration.api.conftest import issue, output, select, spend, token
+from tests.helpers.api import issue, output, select, spend, token
 
 pytestmark = pytest.mark.django_db
 

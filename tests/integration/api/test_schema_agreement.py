@@ -12,7 +12,7 @@ import jsonschema_rs
 import pytest
 from django.core.management import call_command
 
-from tests.integration.api.conftest import issue, select, token
+from tests.helpers.api import issue, select, token
 
 pytestmark = pytest.mark.django_db
 

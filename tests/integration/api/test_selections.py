@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from locks import replica
 from locks.models import FailedSelection, Selection, TokenLock
-from tests.integration.api.conftest import counts, issue, select, token
+from tests.helpers.api import counts, issue, select, token
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from locks.models import Selection, TokenLock
-from tests.integration.api.conftest import counts, issue, output, select, spend, token
+from tests.helpers.api import counts, issue, output, select, spend, token
 from tokens.models import Token
 
 pytestmark = pytest.mark.django_db

@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from tests.factories import make_token
-from tests.integration.api.conftest import counts, issue, token
+from tests.helpers.api import counts, issue, token
 from tokens.models import Token
 
 pytestmark = pytest.mark.django_db

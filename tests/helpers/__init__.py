@@ -1,0 +1,1 @@
+"""Helpers the tests share, as importable modules (conftests hold only fixtures)."""
