@@ -305,23 +305,9 @@ def table(result: dict) -> str:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    url, server = database.locate(args.database)
-    try:
-        database.create(url)
-        os.environ["DATABASE_URL"] = url
-        os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
-        os.environ.setdefault("LOG_LEVEL", "WARNING")
-        import django
-
-        django.setup()
-        say(f"database {args.database}: migrating")
-        database.migrate()
+    say(f"database {args.database}: migrating")
+    with database.django_on(args.database):
         result = run(args)
-    finally:
-        if server is not None and server.started:
-            from config import embedded_db
-
-            embedded_db.stop(server.data_dir)
     print(table(result))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

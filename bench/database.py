@@ -90,6 +90,30 @@ def locate(name: str = DEFAULT_NAME) -> tuple[str, object | None]:
     return server.url(name), server
 
 
+@contextlib.contextmanager
+def django_on(name: str = DEFAULT_NAME, log_level: str = "WARNING"):
+    """Set Django up on benchmark database ``name`` (created if missing, migrated); yield its URL.
+
+    For the stand-alone benchmark scripts. An embedded server this started is stopped after.
+    """
+    url, server = locate(name)
+    try:
+        create(url)
+        os.environ["DATABASE_URL"] = url
+        os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
+        os.environ.setdefault("LOG_LEVEL", log_level)
+        import django
+
+        django.setup()
+        migrate()
+        yield url
+    finally:
+        if server is not None and server.started:
+            from config import embedded_db
+
+            embedded_db.stop(server.data_dir)
+
+
 def renamed(url: str, name: str) -> str:
     """Return ``url`` naming database ``name`` on the same server."""
     return urlunsplit(urlsplit(url)._replace(path="/" + name))

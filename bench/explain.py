@@ -313,19 +313,10 @@ def markdown(args: argparse.Namespace, times: list[dict], plans: list[tuple[str,
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    url, server = database.locate(args.database)
-    try:
-        database.create(url)
-        os.environ["DATABASE_URL"] = url
-        os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
-        os.environ.setdefault("LOG_LEVEL", "WARNING")
-        import django
-
-        django.setup()
+    say(f"database {args.database}: migrating")
+    with database.django_on(args.database):
         from django.db import connection
 
-        say(f"database {args.database}: migrating")
-        database.migrate()
         seed(args)
         names = statement_names()
         cycles = Cycles(args.wallets, args.seed)
@@ -340,11 +331,6 @@ def main(argv: list[str]) -> int:
             cycles.one()
         times = server_times(names)
         plans = explained(names, cycles)
-    finally:
-        if server is not None and server.started:
-            from config import embedded_db
-
-            embedded_db.stop(server.data_dir)
     text = markdown(args, times, plans)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,6 @@ It uses the benchmark database (``sherdlock_bench``, emptied) on the server of
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -68,22 +67,8 @@ def measure(requests: int) -> list[float]:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    url, server = database.locate(args.database)
-    try:
-        database.create(url)
-        os.environ["DATABASE_URL"] = url
-        os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
-        os.environ.setdefault("LOG_LEVEL", "ERROR")
-        import django
-
-        django.setup()
-        database.migrate()
+    with database.django_on(args.database, log_level="ERROR"):
         times = sorted(measure(args.requests))
-    finally:
-        if server is not None and server.started:
-            from config import embedded_db
-
-            embedded_db.stop(server.data_dir)
     p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
     print(
         f"funds_locked answer over {len(times)} requests: median "

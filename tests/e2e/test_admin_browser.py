@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from locks.models import FailedSelection, HousekeepingRun, LockAudit, Selection, TokenLock
-from tests.factories import make_token, make_tokens
+from tests.factories import lock_tokens, make_selection, make_token, make_tokens
 from tests.helpers.processes import ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -89,24 +89,9 @@ def row_texts(page) -> list[str]:
     return page.locator("#result_list tbody tr").all_inner_texts()
 
 
-def lock(tokens, spender: str, ttl: float) -> None:
-    now = timezone.now()
-    created = now if ttl >= 0 else now + timedelta(seconds=ttl - 1)
-    TokenLock.objects.bulk_create(
-        TokenLock.of(
-            t,
-            spender_tx_id=spender,
-            fence=1,
-            created_at=created,
-            expires_at=now + timedelta(seconds=ttl),
-        )
-        for t in tokens
-    )
-
-
 def test_log_in_filter_locks_and_search_a_tx_id(page):
-    lock([make_token(wallet="alice", tx_id="tx-alice")], "spender-live", ttl=60)
-    lock([make_token(wallet="bob", tx_id="tx-bob")], "spender-dead", ttl=-120)
+    lock_tokens([make_token(wallet="alice", tx_id="tx-alice")], spender="spender-live", ttl=60)
+    lock_tokens([make_token(wallet="bob", tx_id="tx-bob")], spender="spender-dead", ttl=-120)
     log_in(page)
     page.locator("a[href='/admin/locks/tokenlock/']").first.click()
     page.wait_for_selector("#result_list")
@@ -135,8 +120,8 @@ def test_log_in_filter_locks_and_search_a_tx_id(page):
 
 def test_force_release_with_a_reason_and_see_the_audit(page):
     stuck = make_tokens(2, wallet="carol")
-    lock(stuck, "stuck-tx", ttl=60)
-    lock([make_token(wallet="dave")], "busy-tx", ttl=60)
+    lock_tokens(stuck, spender="stuck-tx", ttl=60)
+    lock_tokens([make_token(wallet="dave")], spender="busy-tx", ttl=60)
     log_in(page)
     page.goto("/admin/locks/tokenlock/?q=stuck-tx")
     page.check("#action-toggle")
@@ -169,9 +154,9 @@ def seed_dashboard() -> None:
     usd = make_tokens(400, wallet="wallet-7", currency="USD", quantity=250)
     make_tokens(300, wallet="wallet-3", currency="EUR", quantity=120)
     make_tokens(150, wallet="wallet-9", currency="CHF", quantity=80)
-    lock(usd[:60], "tx-busy", ttl=60)
-    lock(usd[60:70], "tx-soon", ttl=6)
-    lock(usd[70:85], "tx-stale", ttl=-90)
+    lock_tokens(usd[:60], spender="tx-busy", ttl=60)
+    lock_tokens(usd[60:70], spender="tx-soon", ttl=6)
+    lock_tokens(usd[70:85], spender="tx-stale", ttl=-90)
     selections, failures = [], []
     # 59 minutes, each stamped at the start of its minute: the chart's hour-long window still
     # holds all of them if the clock turns a minute between seeding and rendering.
@@ -241,38 +226,12 @@ def test_dashboard_opens_from_the_index(page):
         shutil.copyfile(dashboard, ROOT / "docs" / "admin-dashboard.png")
 
 
-def hold(tokens, tx_id: str, ttl: float) -> Selection:
-    """Record a selection of ``tokens`` whose locks carry its fence, as a replica would."""
-    total = sum(t.quantity for t in tokens)
-    selection = Selection.objects.create(
-        tx_id=tx_id,
-        wallet=tokens[0].wallet,
-        currency=tokens[0].currency,
-        quantity=total,
-        total=total,
-        token_ids=[t.pk for t in tokens],
-        expires_at=timezone.now() + timedelta(seconds=ttl),
-    )
-    now = timezone.now()
-    TokenLock.objects.bulk_create(
-        TokenLock.of(
-            t,
-            spender_tx_id=tx_id,
-            fence=selection.fence,
-            created_at=now,
-            expires_at=now + timedelta(seconds=ttl),
-        )
-        for t in tokens
-    )
-    return selection
-
-
 def test_wallet_page_from_a_list_release_and_extend_a_selection(page):
     tokens = make_tokens(40, wallet="wallet-7", currency="USD", quantity=25)
     make_tokens(10, wallet="wallet-7", currency="EUR", quantity=12)
-    hold(tokens[:6], "pay-stuck", ttl=45)
-    hold(tokens[6:10], "pay-slow", ttl=20)
-    lock(tokens[10:13], "pay-crashed", ttl=-30)
+    make_selection(tokens[:6], "pay-stuck", ttl=45)
+    make_selection(tokens[6:10], "pay-slow", ttl=20)
+    lock_tokens(tokens[10:13], spender="pay-crashed", ttl=-30)
     FailedSelection.objects.bulk_create(
         FailedSelection(
             tx_id=f"pay-big-{i}",
