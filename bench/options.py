@@ -1,0 +1,147 @@
+"""The harness's command line: what ``python -m bench`` measures, and how big."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bench import database, strategies
+from bench.housekeeping import parse_size
+
+RESULTS = Path(__file__).resolve().parent / "results"
+WORKLOADS = ("spread", "hot-wallet", "hot-tokens")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def _names(choices: tuple[str, ...]):
+    def parse(text: str) -> list[str]:
+        names = [part.strip() for part in text.split(",") if part.strip()]
+        if unknown := sorted(set(names) - set(choices)):
+            raise argparse.ArgumentTypeError(f"unknown: {', '.join(unknown)}")
+        return names
+
+    return parse
+
+
+def _size(text: str):
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--workloads", type=_names(WORKLOADS), default=list(WORKLOADS))
+    parser.add_argument("--strategies", type=_names(strategies.ALL), default=list(strategies.ALL))
+    parser.add_argument(
+        "--replicas", type=_ints, default=[1, 8, 20], help="replica counts, comma-separated"
+    )
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds per point")
+    parser.add_argument("--spread-wallets", type=int, default=1000)
+    parser.add_argument("--spread-tokens", type=int, default=100, help="tokens per wallet")
+    parser.add_argument("--hot-wallet-tokens", type=int, default=1000)
+    parser.add_argument("--hot-tokens-big", type=int, default=10)
+    parser.add_argument("--hot-tokens-big-quantity", type=int, default=1000)
+    parser.add_argument("--hot-tokens-small", type=int, default=990)
+    parser.add_argument(
+        "--spend-ratio",
+        type=float,
+        default=0.5,
+        help="share of selections spent (the rest are released)",
+    )
+    parser.add_argument(
+        "--hold",
+        type=float,
+        default=0.0,
+        help="mean seconds a selection is held before spend or release",
+    )
+    parser.add_argument(
+        "--http-replicas",
+        type=_ints,
+        default=[4, 8],
+        help="web server workers (and load processes) for the HTTP points; empty skips them",
+    )
+    parser.add_argument(
+        "--http-workloads", type=_names(WORKLOADS), default=["hot-wallet", "spread"]
+    )
+    parser.add_argument(
+        "--housekeeping",
+        type=_size,
+        default=(1000, 2000, 1_000_000),
+        metavar="WALLETSxTOKENS:EXPIRED",
+        help="sizes of the housekeeping points (default 1000x2000:1000000); 'off' skips them",
+    )
+    parser.add_argument("--housekeeping-replicas", type=int, default=8)
+    parser.add_argument(
+        "--chain-payments",
+        type=int,
+        default=100,
+        help="payments of the chain (one token of this many); 0 skips it",
+    )
+    parser.add_argument(
+        "--chain-processes",
+        type=int,
+        default=4,
+        help="processes the chain's payments (threads) are spread over",
+    )
+    parser.add_argument(
+        "--chain-timeout",
+        type=float,
+        default=60.0,
+        help="seconds after which an unfinished payment counts as an error",
+    )
+    parser.add_argument(
+        "--chain-wait",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="a selection may wait this long for held funds, in the key's "
+        "queue (Prefer: wait=N over HTTP); 0 answers funds locked at "
+        "once and the payment retries after the advice it was given",
+    )
+    parser.add_argument(
+        "--pgbouncer-replicas",
+        type=int,
+        default=50,
+        help="replica processes of the PgBouncer points, pooled and direct; 0 skips them",
+    )
+    parser.add_argument(
+        "--pgbouncer-pool",
+        type=int,
+        default=10,
+        help="server sessions PgBouncer pools the replicas' transactions onto",
+    )
+    parser.add_argument(
+        "--pgbouncer-workloads", type=_names(WORKLOADS), default=["spread", "hot-wallet"]
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--database",
+        default=database.DEFAULT_NAME,
+        help="database to create and use on the server (emptied!)",
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--check",
+        type=Path,
+        metavar="BASELINE",
+        help="compare the fresh report with BASELINE; exit 1 on a regression",
+    )
+    parser.add_argument("--tolerance", type=float, default=0.25)
+    parser.add_argument(
+        "--write-baseline", action="store_true", help="also save the report as <out>/baseline.json"
+    )
+    args = parser.parse_args(argv)
+    if not args.replicas or min(args.replicas) < 1 or args.duration <= 0:
+        parser.error("need positive replica counts and duration")
+    if min(args.http_replicas, default=1) < 1 or args.housekeeping_replicas < 1:
+        parser.error("need positive replica counts")
+    if args.pgbouncer_replicas < 0 or args.pgbouncer_pool < 1:
+        parser.error("need a non-negative PgBouncer replica count and a positive pool")
+    if args.chain_payments < 0 or args.chain_processes < 1 or args.chain_timeout <= 0:
+        parser.error("need a non-negative chain size, positive processes and timeout")
+    return args
