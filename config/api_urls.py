@@ -6,6 +6,6 @@ from config import views
 
 urlpatterns = [
     path("", views.ApiRoot.as_view(), name="api-root"),
-    path("", include("tokens.urls")),
     path("", include("locks.urls")),
+    path("", include("tokens.urls")),
 ]

@@ -231,6 +231,7 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["common.filters.StrictFilterBackend"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["config.parsers.JSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "config.negotiation.FirstRendererNegotiation",
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
     # API keys first: its challenge makes missing credentials a 401. Sessions serve operators.
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -6,6 +6,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from common.rules import AMOUNT_PATTERN
+from common.serializers import QuickSerializer
 from locks.models import Selection, TokenLock
 from locks.services import selection_tokens
 from tokens.models import Token
@@ -41,7 +42,7 @@ def _amount(value) -> str:
     return str(int(value))
 
 
-class SelectRequestSerializer(serializers.Serializer):
+class SelectRequestSerializer(QuickSerializer):
     """Lock tokens of ``wallet`` worth at least ``quantity`` of ``currency`` for ``tx_id``."""
 
     # The tx_id is a path segment of /selections/{tx_id}/: a "/" would make it unreachable.
@@ -163,7 +164,7 @@ class OutputSerializer(serializers.Serializer):
     quantity = QuantityField()
 
 
-class SpendSerializer(serializers.Serializer):
+class SpendSerializer(QuickSerializer):
     """The outputs of the spending transaction; they must add up to the selection's total."""
 
     outputs = item_list(OutputSerializer())
@@ -220,7 +221,7 @@ class SpendResultSerializer(SelectionSerializer):
         return [_OUTPUT_TOKEN.to_representation(token) for token in outputs]
 
 
-class ExtendSerializer(serializers.Serializer):
+class ExtendSerializer(QuickSerializer):
     """How long to extend the lease by; the service caps it at the selection's maximum."""
 
     seconds = StrictIntegerField(

@@ -36,7 +36,7 @@ from locks.replica import get_selector
 from locks.sql import lifecycle
 from locks.store import RecordedSelection
 from sherdlock import Candidate, ClaimRefused, FundsLocked, InsufficientFunds, WalletKey
-from tokens.models import Token
+from tokens.models import Token, TokenRow
 from tokens.services import TokenSpec
 
 logger = logging.getLogger(__name__)
@@ -47,8 +47,8 @@ class Outcome:
     """A selection as an operation left it, with the tokens it holds and any outputs."""
 
     selection: Selection
-    tokens: list[Token]
-    outputs: list[Token] = field(default_factory=list)
+    tokens: list[TokenRow]
+    outputs: list[TokenRow] = field(default_factory=list)
     # False when the request repeated one already done (same spend, second release, ...).
     changed: bool = True
     locks_removed: int = 0  # by a release
@@ -140,8 +140,7 @@ def _select_once(
     )
     # The tokens as the statement returned them: the response needs no second query.
     selection.held_tokens = [
-        Token(id=i, tx_id=t, index=n, wallet=wallet, currency=currency, quantity=Decimal(q))
-        for i, t, n, q in record.tokens
+        TokenRow(i, t, n, wallet, currency, Decimal(q), namespace) for i, t, n, q in record.tokens
     ]
     logger.info(
         "selected %s for %s: %d token(s), total %s, %d lock attempt(s)",
@@ -252,18 +251,7 @@ def spend_selection(
         raise OutputConflict(f"an output of transaction {tx_id} already exists") from None
     verdict, selection, tokens = _selection(row, namespace, tx_id)
     spent_at, _spent, stored = row["spent_at"], row["inputs_spent"], row["outputs"]
-    created = [
-        Token(
-            id=i,
-            namespace=namespace,
-            tx_id=tx_id,
-            index=n,
-            wallet=w,
-            currency=c,
-            quantity=Decimal(q),
-        )
-        for i, n, w, c, q in stored or ()
-    ]
+    created = [TokenRow(i, tx_id, n, w, c, Decimal(q), namespace) for i, n, w, c, q in stored or ()]
     if verdict == "spent":
         if _outputs_match(created, outputs):
             return Outcome(
@@ -371,20 +359,14 @@ def _run(statement: str, params: dict[str, Any], may_fail: bool = False) -> dict
 
 def _selection(
     row: dict[str, Any], namespace: str, tx_id: str
-) -> tuple[str, Selection, list[Token]]:
+) -> tuple[str, Selection, list[TokenRow]]:
     """Build the selection and its tokens from a lifecycle statement's row."""
     verdict = row["verdict"]
     if verdict == "not_found":
         raise SelectionNotFound(f"no selection for transaction {tx_id}")
+    wallet, currency = row["wallet"], row["currency"]
     tokens = [
-        Token(
-            id=i,
-            tx_id=t,
-            index=n,
-            wallet=row["wallet"],
-            currency=row["currency"],
-            quantity=Decimal(q),
-        )
+        TokenRow(i, t, n, wallet, currency, Decimal(q), namespace)
         for i, t, n, q in row["tokens"] or ()
     ]
     status = {
@@ -412,7 +394,7 @@ def _selection(
     return verdict, selection, tokens
 
 
-def _spent_selection(selection: Selection, spent_at, outputs: list[Token]) -> Selection:
+def _spent_selection(selection: Selection, spent_at, outputs: list[TokenRow]) -> Selection:
     selection.status, selection.spent_at = Selection.Status.SPENT, spent_at
     selection.created_outputs = outputs
     return selection
@@ -423,7 +405,7 @@ def _expect_ok(verdict: str) -> None:
         raise RuntimeError(f"unexpected verdict {verdict!r}")
 
 
-def _outputs_match(stored: list[Token], outputs: Sequence[TokenSpec]) -> bool:
+def _outputs_match(stored: list[TokenRow], outputs: Sequence[TokenSpec]) -> bool:
     return {(t.index, t.wallet, t.currency, t.quantity) for t in stored} == {
         (o.index, o.wallet, o.currency, Decimal(o.quantity)) for o in outputs
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import NamedTuple
 
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -23,6 +24,25 @@ class TokenQuerySet(models.QuerySet):
 
     def of(self, wallet: str, currency: str) -> TokenQuerySet:
         return self.filter(wallet=wallet, currency=currency)
+
+
+class TokenRow(NamedTuple):
+    """A token as a statement returned it, for an answer: no model instance to build.
+
+    The selection and spend answers show a handful of tokens each; building a ``Token`` model
+    for every one of them cost more than the rest of the answer.
+    """
+
+    id: int
+    tx_id: str
+    index: int
+    wallet: str
+    currency: str
+    quantity: Decimal
+    namespace: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.tx_id}:{self.index}"
 
 
 class Token(models.Model):
