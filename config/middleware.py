@@ -1,8 +1,11 @@
-"""Answer 503 (not 500 with a traceback) when a page outside the API loses the database."""
+"""Middleware of our own: 503 when a page loses the database; messages built only when used."""
 
 from __future__ import annotations
 
+from django.contrib.messages.middleware import MessageMiddleware
+from django.contrib.messages.storage import default_storage
 from django.http import HttpResponse, JsonResponse
+from django.utils.functional import SimpleLazyObject, empty
 
 from common.errors import error_body
 from config.exceptions import ERRORS, ServiceUnavailable
@@ -44,3 +47,21 @@ class DatabaseUnavailableMiddleware:
             return None
         note_connection_loss(request, exception)
         return unavailable_page(request)
+
+
+class LazyMessageMiddleware(MessageMiddleware):
+    """Django's message middleware, building a request's message storage on first use.
+
+    The stock middleware builds a cookie and a session storage (and a signer) for every
+    request, although only admin pages use messages: on an API request that was a twentieth of
+    the server time. A storage nobody touched has nothing to store.
+    """
+
+    def process_request(self, request) -> None:
+        request._messages = SimpleLazyObject(lambda: default_storage(request))
+
+    def process_response(self, request, response):
+        messages = getattr(request, "_messages", None)
+        if isinstance(messages, SimpleLazyObject) and messages._wrapped is empty:
+            return response
+        return super().process_response(request, response)

@@ -165,7 +165,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "config.middleware.LazyMessageMiddleware",  # Django's, storage built on first use
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, so that it sees exceptions of every view first.
     "config.middleware.DatabaseUnavailableMiddleware",

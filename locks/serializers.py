@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
+from django.conf import settings
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
-from rest_framework import serializers
+from rest_framework import ISO_8601, serializers
+from rest_framework.settings import api_settings
 
 from common.rules import AMOUNT_PATTERN
 from common.serializers import QuickSerializer
@@ -34,8 +39,20 @@ MAX_WAIT_SECONDS = 60
 _DATETIME = serializers.DateTimeField()
 
 
-def _datetime(value):
-    return None if value is None else _DATETIME.to_representation(value)
+def _datetime(value, zone=None):
+    """Format ``value`` as DateTimeField does; ``zone``: the current time zone, read once."""
+    if value is None:
+        return None
+    # DRF's own steps for an aware datetime and ISO 8601, without its per-value lookups.
+    if (
+        zone is not None
+        and type(value) is datetime
+        and value.tzinfo is not None
+        and api_settings.DATETIME_FORMAT.lower() == ISO_8601
+    ):
+        text = value.astimezone(zone).isoformat()
+        return text[:-6] + "Z" if text.endswith("+00:00") else text
+    return _DATETIME.to_representation(value)
 
 
 def _amount(value) -> str:
@@ -116,6 +133,7 @@ class SelectionSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def to_representation(self, selection: Selection) -> dict:
+        zone = timezone.get_current_timezone() if settings.USE_TZ else None
         return {
             "tx_id": selection.tx_id,
             "wallet": selection.wallet,
@@ -126,10 +144,10 @@ class SelectionSerializer(serializers.ModelSerializer):
             "tokens": self.get_tokens(selection),
             "status": str(selection.reported_status),
             "fence": None if selection.fence is None else int(selection.fence),
-            "created_at": _datetime(selection.created_at),
-            "expires_at": _datetime(selection.expires_at),
-            "spent_at": _datetime(selection.spent_at),
-            "released_at": _datetime(selection.released_at),
+            "created_at": _datetime(selection.created_at, zone),
+            "expires_at": _datetime(selection.expires_at, zone),
+            "spent_at": _datetime(selection.spent_at, zone),
+            "released_at": _datetime(selection.released_at, zone),
         }
 
     @extend_schema_field({"type": "string", "pattern": AMOUNT_PATTERN})

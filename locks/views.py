@@ -158,7 +158,7 @@ def preferred_wait(request) -> int | None:
 
     Preferences are hints: a malformed one is ignored, as the RFC asks.
     """
-    for header in request.headers.get("Prefer", "").split(","):
+    for header in request.META.get("HTTP_PREFER", "").split(","):
         name, _, value = header.split(";", 1)[0].strip().partition("=")
         if name.strip().lower() == "wait":
             value = value.strip().strip('"')

@@ -79,3 +79,13 @@ def test_token_answers_match_the_field_by_field_rendering():
     for token in Token.objects.filter(wallet="carol"):
         for serializer_class in (SelectedTokenSerializer, OutputTokenSerializer):
             assert serializer_class(token).data == by_fields(serializer_class, token)
+
+
+def test_times_follow_the_current_time_zone_as_drf_does():
+    from django.utils import timezone
+
+    selection = selections()["spent, as read"]
+    with timezone.override("America/Sao_Paulo"):
+        written = dict(SelectionSerializer(selection).data)
+        assert written == by_fields(SelectionSerializer, selection)
+    assert written["created_at"].endswith("-03:00")
