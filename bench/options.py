@@ -118,6 +118,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--pgbouncer-workloads", type=_names(WORKLOADS), default=["spread", "hot-wallet"]
     )
+    parser.add_argument(
+        "--selection-strategies",
+        type=_names(strategies.SELECTION_STRATEGIES),
+        default=list(strategies.SELECTION_STRATEGIES),
+        help="selection strategies measured against random on the spread workload "
+        "(bench.selection_strategies); empty skips them",
+    )
+    parser.add_argument("--strategy-replicas", type=int, default=8)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--database",
@@ -138,7 +146,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not args.replicas or min(args.replicas) < 1 or args.duration <= 0:
         parser.error("need positive replica counts and duration")
-    if min(args.http_replicas, default=1) < 1 or args.housekeeping_replicas < 1:
+    if (
+        min(args.http_replicas, default=1) < 1
+        or min(args.housekeeping_replicas, args.strategy_replicas) < 1
+    ):
         parser.error("need positive replica counts")
     if args.pgbouncer_replicas < 0 or args.pgbouncer_pool < 1:
         parser.error("need a non-negative PgBouncer replica count and a positive pool")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bench import selection_strategies
 from bench.strategies import ALL, BASELINES, HTTP, OURS
 
 
@@ -200,6 +201,7 @@ def render(data: dict) -> str:
     lines += housekeeping_table(data.get("housekeeping"))
     lines += chain_table(data.get("chain"))
     lines += pgbouncer_table(data.get("pgbouncer"))
+    lines += selection_strategies.table(data.get("selection_strategies"))
     lines += target_lines(data["targets"])
     met = sum(t["met"] is True for t in data["targets"])
     judged = sum(t["met"] is not None for t in data["targets"])

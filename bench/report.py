@@ -100,6 +100,8 @@ def problems(data: dict) -> list[str]:
             found += _point_problems(
                 f"pgbouncer {pair['workload']} R={pooled['replicas']} {mode}", pair[mode]
             )
+    for p in (data.get("selection_strategies") or {}).get("points", []):
+        found += _point_problems(f"{p['workload']} R={p['replicas']} {p['strategy']}", p)
     for side, run in (data.get("chain") or {}).items():
         for mode in ("sequential", "concurrent"):
             result = (run or {}).get(mode)
@@ -138,6 +140,7 @@ def build(
         "housekeeping": sections.get("housekeeping"),
         "chain": sections.get("chain"),
         "pgbouncer": sections.get("pgbouncer"),
+        "selection_strategies": sections.get("selection_strategies"),
         "skipped": skipped,
     }
     data["ratios"] = ratios(points, data["http"])

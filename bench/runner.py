@@ -53,6 +53,7 @@ class Harness:
                 *args.replicas,
                 *args.http_replicas,
                 args.housekeeping_replicas,
+                args.strategy_replicas if args.selection_strategies else 1,
                 min(args.chain_processes, max(1, args.chain_payments)),
             ]
         )
@@ -235,7 +236,17 @@ def _available(names: list[str], skipped: list[dict[str, str]]) -> list[str]:
 
 
 def _run(args: argparse.Namespace, started: float) -> int:
-    from bench import chain, chain_http, check, housekeeping, plot, pooling, report, web
+    from bench import (
+        chain,
+        chain_http,
+        check,
+        housekeeping,
+        plot,
+        pooling,
+        report,
+        selection_strategies,
+        web,
+    )
 
     skipped: list[dict[str, str]] = []
     names = _available(args.strategies, skipped)
@@ -246,6 +257,10 @@ def _run(args: argparse.Namespace, started: float) -> int:
     sections: dict[str, object] = {}
     try:
         points = run_points(harness, workloads, names)
+        if args.selection_strategies:
+            sections["selection_strategies"] = selection_strategies.run(
+                args, harness, make_workload, say
+            )
         if args.http_replicas:
             sections["http"], note = web.run_all(args, harness, make_workload, say)
             if note:

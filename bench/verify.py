@@ -9,7 +9,7 @@ from itertools import pairwise
 
 from bench.worker import Record
 
-OUTCOMES = ("selected", "insufficient_funds", "funds_locked", "rate_limited", "error")
+OUTCOMES = ("selected", "insufficient_funds", "funds_locked", "no_match", "rate_limited", "error")
 
 
 def percentile(values: list[float], fraction: float) -> float | None:
@@ -93,6 +93,13 @@ def figures(records: list[Record], elapsed: float, supply: Mapping[str, int]) ->
         "locked_tokens": locked,
         "attempts_per_locked_token": round(attempts / locked, 3) if attempts and locked else None,
         "spurious_insufficient_funds": spurious,
+        # What the selections cost the wallets: tokens in, change out (strategies differ).
+        "inputs_per_selection": round(locked / len(selected), 3) if selected else None,
+        "change_per_selection": (
+            round(sum(r.total - r.quantity for r in selected) / len(selected), 3)
+            if selected
+            else None
+        ),
         # Errors of spends and releases (retried once), apart from failed selections.
         "lifecycle_errors": sum(bool(r.error) and r.outcome == "selected" for r in records),
         "errors": sorted({r.error for r in records if r.error})[:3],

@@ -43,13 +43,14 @@ class Record(NamedTuple):
     quantity: int
     started: float
     latency: float
-    outcome: str  # selected, insufficient_funds, funds_locked, error
+    outcome: str  # selected, insufficient_funds, funds_locked, no_match, error
     tokens: tuple[object, ...]  # token ids (or "tx_id:index" over HTTP)
     acquired: float
     ended: float  # when the locks were let go; inf once spent (a spent token is never free)
     action: str  # spent, released, spend_failed, or "" when nothing was selected
     attempts: int | None  # token rows offered to lock statements
     error: str = ""
+    total: int = 0  # the selected tokens' sum (0 when nothing was selected)
 
 
 def drive(task: Task, strategy, start_at: float, end_at: float) -> list[Record]:
@@ -59,7 +60,7 @@ def drive(task: Task, strategy, start_at: float, end_at: float) -> list[Record]:
     selection's own wallet: the wallet's supply never changes.
     """
     from bench.strategies import payment, spend
-    from sherdlock import FundsLocked, InsufficientFunds, WalletKey
+    from sherdlock import FundsLocked, InsufficientFunds, NoMatch, WalletKey
 
     workload, rng = task.workload, random.Random(task.seed)
     records: list[Record] = []
@@ -79,6 +80,8 @@ def drive(task: Task, strategy, start_at: float, end_at: float) -> list[Record]:
             outcome = "insufficient_funds"
         except FundsLocked:
             outcome = "funds_locked"
+        except NoMatch:  # a strategy's terms cannot be met (bench.selection_strategies)
+            outcome = "no_match"
         except Exception as exc:
             outcome, error = "error", repr(exc)[:300]
         finished = time.monotonic()
@@ -115,6 +118,7 @@ def drive(task: Task, strategy, start_at: float, end_at: float) -> list[Record]:
                 action,
                 attempts,
                 error,
+                picked.total if picked else 0,
             )
         )
     return records

@@ -36,11 +36,19 @@ def quick(field: serializers.Field, data: object) -> object:
     check = getattr(field, "quick", None)
     if check is not None:
         return check(data)
+    if type(field) is serializers.ChoiceField:
+        return _quick_choice(field, data)
     if isinstance(field, serializers.ListSerializer):
         return _quick_list(field, data)
     if isinstance(field, serializers.Serializer):
         return _quick_mapping(field, data)
     return SLOW
+
+
+def _quick_choice(field: serializers.ChoiceField, data: object) -> object:
+    if type(data) is not str or field.validators:
+        return SLOW
+    return field.choice_strings_to_values.get(data, SLOW)
 
 
 def _quick_list(field: serializers.ListSerializer, data: object) -> object:

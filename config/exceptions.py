@@ -44,7 +44,16 @@ from locks.errors import (
 )
 from locks.store import TxIdTaken
 from locks.waiting import QueueFull
-from sherdlock import ClaimRefused, FundsLocked, InsufficientFunds, InvalidRequest, SherdlockError
+from sherdlock import (
+    ClaimRefused,
+    FundsLocked,
+    InsufficientFunds,
+    InvalidRequest,
+    NoExactMatch,
+    NoMatch,
+    SherdlockError,
+    TooManyInputs,
+)
 from sherdlock.client import ClientError
 from tokens.services import TokenConflict, TxIdInUse
 
@@ -115,6 +124,9 @@ ERRORS: dict[type[Exception], HttpError] = {
         extra=_available_and_retry,
         headers=lambda exc: {"Retry-After": _retry_after(exc.retry_after)},
     ),
+    # The free tokens cover the quantity, but no set of them meets the request's strategy.
+    NoExactMatch: HttpError(409, "no_exact_match"),
+    TooManyInputs: HttpError(409, "max_tokens_exceeded"),
     # Issuing tokens (tokens.services).
     TxIdInUse: HttpError(409, "tx_id_conflict"),
     TokenConflict: HttpError(409, "token_conflict"),
@@ -138,6 +150,7 @@ NEVER_ANSWERED: frozenset[type[Exception]] = frozenset(
     {
         SherdlockError,  # the root of the hierarchy; only its subclasses are raised
         SelectionError,  # the root of locks.errors
+        NoMatch,  # the root of the strategies' failures; only its subclasses are raised
         ClaimRefused,  # a store refusing a taken tx id: the repeated selection or TxIdConflict
         TxIdTaken,  # the PostgreSQL store's ClaimRefused
         QueueFull,  # a wallet's wait queue is full: the request is answered without waiting

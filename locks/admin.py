@@ -247,13 +247,14 @@ class SelectionAdmin(ReadOnlyAdmin):
         "currency",
         "quantity",
         "total",
+        "strategy",
         "tokens",
         "locks_held",
         "lease",
         "created_at",
         "expires_at",
     ]
-    list_filter = [LeaseFilter, CurrencyFilter]
+    list_filter = [LeaseFilter, "strategy", CurrencyFilter]
     ordering = ["-created_at"]
     search_fields = ["tx_id", "wallet"]  # exact, see below
     search_help_text = "Exact transaction id or wallet."
@@ -366,9 +367,10 @@ class FailedSelectionAdmin(ReadOnlyAdmin):
         "currency",
         "quantity",
         "outcome",
+        "strategy",
         "lock_conflicts",
     ]
-    list_filter = ["outcome", CurrencyFilter]
+    list_filter = ["outcome", "strategy", CurrencyFilter]
     ordering = ["-created_at"]
     search_fields = ["tx_id", "wallet"]  # exact, see below
     search_help_text = "Exact transaction id or wallet."

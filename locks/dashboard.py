@@ -2,17 +2,19 @@
 
 Nothing here reads every token: supply comes from the per-currency summary that issuing keeps
 (``tokens.models.CurrencySupply``), every lock figure from one statement over the lock table's
-indexes (``lock_figures``), outcomes from the ``created_at`` indexes of the last hour.
+indexes (``lock_figures``), outcomes from the ``created_at`` indexes of the last hour, and
+what each strategy did in that hour from its selections (``strategies_used``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, F, Func, IntegerField, Q, Sum
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
@@ -71,10 +73,30 @@ class MinuteOutcomes:
     success: int = 0
     insufficient_funds: int = 0
     funds_locked: int = 0
+    no_match: int = 0
 
     @property
     def total(self) -> int:
-        return self.success + self.insufficient_funds + self.funds_locked
+        return self.success + self.insufficient_funds + self.funds_locked + self.no_match
+
+
+@dataclass(frozen=True)
+class StrategyRow:
+    """What one selection strategy did over the last WINDOW."""
+
+    strategy: str
+    selections: int = 0
+    failed: int = 0
+    inputs: int = 0
+    change: Decimal = Decimal(0)
+
+    @property
+    def inputs_per_selection(self) -> float | None:
+        return self.inputs / self.selections if self.selections else None
+
+    @property
+    def change_per_selection(self) -> Decimal | None:
+        return self.change / self.selections if self.selections else None
 
 
 @dataclass(frozen=True)
@@ -85,6 +107,7 @@ class Dashboard:
     contended: list[ContendedWallet]
     busiest: list[BusyWallet]
     outcomes: list[MinuteOutcomes] = field(default_factory=list)
+    strategies: list[StrategyRow] = field(default_factory=list)
     housekeeping: HousekeepingRun | None = None
     last_effective_housekeeping: HousekeepingRun | None = None
 
@@ -174,8 +197,11 @@ def contended_wallets(since: datetime) -> list[ContendedWallet]:
     ]
 
 
-def outcomes_per_minute(now: datetime) -> list[MinuteOutcomes]:
-    """Return successful and failed selections per minute over the last WINDOW, oldest first."""
+def outcomes_per_minute(now: datetime, failed: Counter[str] | None = None) -> list[MinuteOutcomes]:
+    """Return successful and failed selections per minute over the last WINDOW, oldest first.
+
+    ``failed``, if given, counts the failures per strategy.
+    """
     end = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
     start = end - WINDOW
     minutes = {start + timedelta(minutes=i): {} for i in range(int(WINDOW.total_seconds()) // 60)}
@@ -193,12 +219,15 @@ def outcomes_per_minute(now: datetime) -> list[MinuteOutcomes]:
     failures = (
         FailedSelection.objects.filter(created_at__gte=start, created_at__lt=end)
         .annotate(minute=TruncMinute("created_at"))
-        .values("minute", "outcome")
+        .values("minute", "outcome", "strategy")
         .order_by()
         .annotate(n=Count("pk"))
     )
     for row in failures:
-        minutes.setdefault(row["minute"], {})[row["outcome"]] = row["n"]
+        counts = minutes.setdefault(row["minute"], {})
+        counts[row["outcome"]] = counts.get(row["outcome"], 0) + row["n"]
+        if failed is not None:
+            failed[row["strategy"]] += row["n"]
     return [
         MinuteOutcomes(minute=minute, **counts)
         for minute, counts in sorted(minutes.items())
@@ -206,17 +235,45 @@ def outcomes_per_minute(now: datetime) -> list[MinuteOutcomes]:
     ]
 
 
+def strategies_used(since: datetime, failed: Counter[str]) -> list[StrategyRow]:
+    """Return, per strategy, the selections made since ``since``, their inputs and change."""
+    rows = (
+        Selection.objects.filter(created_at__gte=since)
+        .values("strategy")
+        .order_by()
+        .annotate(
+            n=Count("*"),
+            inputs=Sum(Func(F("token_ids"), function="cardinality", output_field=IntegerField())),
+            change=Sum(F("total") - F("quantity")),
+        )
+    )
+    made = {row["strategy"]: row for row in rows}
+    return [
+        StrategyRow(
+            strategy=name,
+            selections=made.get(name, {}).get("n", 0),
+            failed=failed.get(name, 0),
+            inputs=made.get(name, {}).get("inputs") or 0,
+            change=made.get(name, {}).get("change") or Decimal(0),
+        )
+        for name in sorted(set(made) | set(failed))
+    ]
+
+
 def build_dashboard(now: datetime | None = None) -> Dashboard:
     """Gather every dashboard figure."""
     now = now or timezone.now()
     locks = lock_figures()
+    failed: Counter[str] = Counter()
+    outcomes = outcomes_per_minute(now, failed)
     return Dashboard(
         generated_at=now,
         supply=currency_supply(locks.locked),
         locks=locks.counts,
         contended=contended_wallets(now - WINDOW),
         busiest=locks.busiest,
-        outcomes=outcomes_per_minute(now),
+        outcomes=outcomes,
+        strategies=strategies_used(now - WINDOW, failed),
         housekeeping=HousekeepingRun.objects.first(),
         last_effective_housekeeping=HousekeepingRun.objects.filter(skipped=False).first(),
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from sherdlock import SelectionStats
+from sherdlock import STRATEGIES, SelectionStats
 
 # housekeeping
 HOUSEKEEPING_DELETED = Counter(
@@ -48,7 +48,7 @@ for _scope in ("all", "key"):
     LISTENER_INVALIDATIONS.labels(scope=_scope)
 
 # selection
-SELECTION_OUTCOMES = ("success", "insufficient_funds", "funds_locked", "error")
+SELECTION_OUTCOMES = ("success", "insufficient_funds", "funds_locked", "no_match", "error")
 SELECTION_DURATION = Histogram(
     "sherdlock_selection_duration_seconds",
     "Time one selection took in the selector, retries and backoff included.",
@@ -71,14 +71,53 @@ LOCK_CONFLICTS = Counter(
 CACHE_HITS = Counter("sherdlock_cache_hits_total", "Cached candidates that were then locked.")
 FETCHES = Counter("sherdlock_fetches_total", "Fetch-and-lock queries (cache refills) run.")
 
+# strategies: how often each is used, and what its selections cost in inputs and change
+STRATEGY_SELECTIONS = Counter(
+    "sherdlock_strategy_selections_total",
+    "Selections by the strategy that made them (an exact one that fell back: random) and outcome.",
+    ["strategy", "outcome"],
+)
+STRATEGY_INPUTS = Counter(
+    "sherdlock_selection_inputs_total",
+    "Tokens locked by successful selections, by strategy.",
+    ["strategy"],
+)
+STRATEGY_CHANGE = Counter(
+    "sherdlock_selection_change_total",
+    "Change produced by successful selections (total - quantity), by strategy.",
+    ["strategy"],
+)
+
 for _outcome in SELECTION_OUTCOMES:
     SELECTIONS.labels(outcome=_outcome)
+for _strategy in STRATEGIES:
+    STRATEGY_INPUTS.labels(strategy=_strategy)
+    STRATEGY_CHANGE.labels(strategy=_strategy)
+    for _outcome in SELECTION_OUTCOMES:
+        STRATEGY_SELECTIONS.labels(strategy=_strategy, outcome=_outcome)
 
 
-def record_selection(seconds: float, outcome: str, stats: SelectionStats | None) -> None:
-    """Record one selection: its duration and outcome, and the work its stats counted."""
+def record_selection(
+    seconds: float,
+    outcome: str,
+    stats: SelectionStats | None,
+    *,
+    strategy: str = "random",
+    selection: object | None = None,
+) -> None:
+    """Record one selection: its duration and outcome, and the work its stats counted.
+
+    A successful one gives its ``selection`` (a ``locks.models.Selection``): its strategy,
+    inputs and change are counted.
+    """
     SELECTION_DURATION.labels(outcome=outcome).observe(seconds)
     SELECTIONS.labels(outcome=outcome).inc()
+    if selection is not None:
+        strategy = getattr(selection, "strategy", strategy)
+        STRATEGY_INPUTS.labels(strategy=strategy).inc(len(selection.token_ids))  # type: ignore[attr-defined]
+        change = selection.total - selection.quantity  # type: ignore[attr-defined]
+        STRATEGY_CHANGE.labels(strategy=strategy).inc(float(change))
+    STRATEGY_SELECTIONS.labels(strategy=strategy, outcome=outcome).inc()
     if stats is None:
         return
     SELECTION_RETRIES.inc(max(0, stats.rounds - 1))

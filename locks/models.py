@@ -161,6 +161,9 @@ class Selection(models.Model):
         db_default=Value([], output_field=ArrayField(models.BigIntegerField())),
     )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.LOCKED)
+    # How its tokens were chosen (sherdlock.STRATEGIES). A database default: the default
+    # strategy's statements do not name it.
+    strategy = models.CharField(max_length=32, db_default="random", default="random")
     created_at = models.DateTimeField(db_default=Now())
     expires_at = models.DateTimeField(null=True, blank=True)
     spent_at = models.DateTimeField(null=True, blank=True)
@@ -255,6 +258,7 @@ class FailedSelection(models.Model):
     class Outcome(models.TextChoices):
         INSUFFICIENT_FUNDS = "insufficient_funds", "insufficient funds"
         FUNDS_LOCKED = "funds_locked", "funds locked by others"
+        NO_MATCH = "no_match", "no set meets the strategy"
 
     created_at = models.DateTimeField(db_default=Now(), db_index=True)
     namespace = models.CharField(max_length=NAMESPACE_MAX_LENGTH, db_default="", blank=True)
@@ -263,6 +267,7 @@ class FailedSelection(models.Model):
     currency = models.CharField(max_length=CURRENCY_MAX_LENGTH)
     quantity = models.DecimalField(max_digits=20, decimal_places=0)
     outcome = models.CharField(max_length=32, choices=Outcome.choices)
+    strategy = models.CharField(max_length=32, db_default="random", default="random")
     lock_conflicts = models.PositiveIntegerField(default=0)
 
     class Meta:

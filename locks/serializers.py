@@ -6,14 +6,24 @@ from datetime import datetime
 
 from django.conf import settings
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.drainage import get_override, set_override
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import ISO_8601, serializers
 from rest_framework.settings import api_settings
 
-from common.rules import AMOUNT_PATTERN
-from common.serializers import QuickSerializer
+from common.rules import AMOUNT_PATTERN, at_most
+from common.serializers import SLOW, QuickSerializer
 from locks.models import Selection, TokenLock
 from locks.services import selection_tokens
+from sherdlock import MAX_QUANTITY
+from sherdlock.strategies import (
+    CONSOLIDATE,
+    EXACT,
+    FEWEST_TOKENS,
+    MAX_TOKENS,
+    RANDOM,
+    SMALLEST_FIRST,
+)
 from tokens.models import Token
 from tokens.serializers import (
     AmountField,
@@ -79,6 +89,130 @@ class SelectRequestSerializer(QuickSerializer):
         "answered as soon as it gets the funds. 0 or absent: answer at once.",
     )
 
+    strategy = serializers.ChoiceField(
+        choices=[RANDOM, SMALLEST_FIRST, FEWEST_TOKENS],
+        required=False,
+        help_text="How to pick the tokens. random (default): a random covering set, fair "
+        "across replicas. smallest_first: ascending by quantity, equal ones shuffled. "
+        "fewest_tokens: largest first. exact and consolidate take terms of their own.",
+    )
+
+    def validate(self, data: dict) -> dict:
+        # Terms of another strategy are refused, not ignored: the caller asked for something
+        # this strategy would not do.
+        foreign = [name for name in STRATEGY_TERMS if name in self.initial_data]
+        foreign = [name for name in foreign if name not in self._declared_fields]
+        if foreign:
+            raise serializers.ValidationError(
+                {name: [f"Only with strategy {STRATEGY_TERMS[name]}."] for name in foreign}
+            )
+        return data
+
+
+# Which strategy takes each term.
+STRATEGY_TERMS = {"max_change": EXACT, "fallback": EXACT, "max_tokens": CONSOLIDATE}
+CHANGE_PATTERN = f"^(?:0|{at_most(MAX_QUANTITY)})$"
+
+
+class StrategyNameField(serializers.CharField):
+    """The one strategy name a request serializer stands for (an enum of one in the schema)."""
+
+    def __init__(self, name: str, **kwargs) -> None:
+        super().__init__(help_text=f"{name}.", **kwargs)
+        self.name = name
+        set_override(self, "field", {"type": "string", "enum": [name]})
+
+    def quick(self, data: object) -> object:
+        """The valid value, as ``run_validation`` returns it; otherwise ``SLOW``."""
+        return self.name if type(data) is str and data == self.name else SLOW
+
+    def to_internal_value(self, data: object) -> str:
+        if data != self.name:
+            self.fail("invalid")
+        return self.name
+
+
+class ChangeField(QuantityField):
+    """A quantity that may be 0: 0..2**64-1 as a string of digits, no leading zero."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        schema = {**get_override(self, "field"), "pattern": CHANGE_PATTERN, "example": "0"}
+        schema["description"] = f"An integer 0..{MAX_QUANTITY} as a string of digits, no leading 0."
+        set_override(self, "field", schema)
+
+    def quick(self, data: object) -> object:
+        """The valid value, as ``run_validation`` returns it; otherwise ``SLOW``."""
+        return 0 if type(data) is str and data == "0" else super().quick(data)
+
+    def to_internal_value(self, data: object) -> int:
+        return 0 if data == "0" else super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """true or false as JSON booleans (not strings or numbers)."""
+
+    def quick(self, data: object) -> object:
+        """The valid value, as ``run_validation`` returns it; otherwise ``SLOW``."""
+        return data if type(data) is bool else SLOW
+
+    def to_internal_value(self, data: object) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
+class ExactSelectRequestSerializer(SelectRequestSerializer):
+    """Lock tokens whose total is ``quantity``, or exceeds it by at most ``max_change``."""
+
+    strategy = StrategyNameField(EXACT)
+    max_change = ChangeField(
+        required=False,
+        help_text="How far the total may exceed quantity (default 0: no change). The search "
+        "runs over the largest free tokens not above quantity + max_change (a bounded window).",
+    )
+    fallback = StrictBooleanField(
+        required=False,
+        help_text="When no set is within max_change, select as random instead of answering "
+        "409 no_exact_match.",
+    )
+
+
+class ConsolidateSelectRequestSerializer(SelectRequestSerializer):
+    """Lock the smallest tokens, up to ``max_tokens``, covering ``quantity`` (sweeps dust)."""
+
+    strategy = StrategyNameField(CONSOLIDATE)
+    max_tokens = StrictIntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_TOKENS,
+        help_text="The most tokens to lock (default 100); 409 max_tokens_exceeded when even "
+        "the largest that many cannot cover quantity.",
+    )
+
+
+SELECT_REQUESTS = {
+    EXACT: ExactSelectRequestSerializer,
+    CONSOLIDATE: ConsolidateSelectRequestSerializer,
+}
+# The request as the schema shows it: one of the three shapes, told apart by ``strategy``.
+SELECT_REQUEST_SCHEMA = PolymorphicProxySerializer(
+    component_name="SelectRequestByStrategy",
+    serializers=[
+        SelectRequestSerializer,
+        ExactSelectRequestSerializer,
+        ConsolidateSelectRequestSerializer,
+    ],
+    resource_type_field_name=None,
+)
+
+
+def select_request(data: object) -> SelectRequestSerializer:
+    """Return the serializer for a selection request, chosen by the strategy it names."""
+    name = data.get("strategy") if isinstance(data, dict) else None
+    chosen = SELECT_REQUESTS.get(name, SelectRequestSerializer) if isinstance(name, str) else None
+    return (chosen or SelectRequestSerializer)(data=data)
+
 
 class SelectedTokenSerializer(serializers.Serializer):
     """A token held by a selection."""
@@ -104,6 +238,7 @@ class SelectionSerializer(serializers.ModelSerializer):
     quantity = AmountField()
     total = AmountField(help_text="Sum of the selected tokens.")
     change = serializers.SerializerMethodField(help_text="total - quantity.")
+    inputs = serializers.SerializerMethodField(help_text="How many tokens it holds.")
     tokens = serializers.SerializerMethodField()
     status = serializers.ChoiceField(
         choices=Selection.Status.choices,
@@ -122,6 +257,8 @@ class SelectionSerializer(serializers.ModelSerializer):
             "quantity",
             "total",
             "change",
+            "inputs",
+            "strategy",
             "tokens",
             "status",
             "fence",
@@ -141,6 +278,8 @@ class SelectionSerializer(serializers.ModelSerializer):
             "quantity": _amount(selection.quantity),
             "total": _amount(selection.total),
             "change": self.get_change(selection),
+            "inputs": self.get_inputs(selection),
+            "strategy": selection.strategy,
             "tokens": self.get_tokens(selection),
             "status": str(selection.reported_status),
             "fence": None if selection.fence is None else int(selection.fence),
@@ -153,6 +292,9 @@ class SelectionSerializer(serializers.ModelSerializer):
     @extend_schema_field({"type": "string", "pattern": AMOUNT_PATTERN})
     def get_change(self, selection: Selection) -> str:
         return str(int(selection.total - selection.quantity))
+
+    def get_inputs(self, selection: Selection) -> int:
+        return len(selection.token_ids)
 
     @extend_schema_field(SelectedTokenSerializer(many=True))
     def get_tokens(self, selection: Selection) -> list:

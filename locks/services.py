@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -31,11 +32,20 @@ from locks.errors import (
     ValueNotConserved,
 )
 from locks.holds import HoldTimes
-from locks.models import FailedSelection, Selection
+from locks.models import Selection
 from locks.replica import get_selector
 from locks.sql import lifecycle
 from locks.store import RecordedSelection
-from sherdlock import Candidate, ClaimRefused, FundsLocked, InsufficientFunds, WalletKey
+from locks.strategies import failure_outcome, record_failure
+from sherdlock import (
+    Candidate,
+    ClaimRefused,
+    FundsLocked,
+    InsufficientFunds,
+    NoMatch,
+    Strategy,
+    WalletKey,
+)
 from tokens.models import Token, TokenRow
 from tokens.services import TokenSpec
 
@@ -63,7 +73,14 @@ def _same_request(selection: Selection, wallet: str, currency: str, quantity: in
 
 
 def select_tokens(
-    tx_id: str, wallet: str, currency: str, quantity: int, *, namespace: str = "", wait: float = 0.0
+    tx_id: str,
+    wallet: str,
+    currency: str,
+    quantity: int,
+    *,
+    namespace: str = "",
+    wait: float = 0.0,
+    strategy: Strategy | None = None,
 ) -> tuple[Selection, bool]:
     """Lock tokens worth at least ``quantity`` for ``tx_id``; return (selection, created).
 
@@ -73,40 +90,46 @@ def select_tokens(
     other terms, or one that names issued tokens, raises TxIdConflict. The selector never
     sleeps: funds held by others are reported at once (FundsLocked, with the advice to retry
     after about as long as the key's holds last), unless the caller may ``wait`` that many
-    seconds, in which case it waits its turn for them (``locks.waiting``). Failures are
-    recorded for the dashboard once, when answered.
+    seconds, in which case it waits its turn for them (``locks.waiting``). ``strategy`` (default
+    random) picks the tokens; a repeat answers the selection whatever strategy it names.
+    Failures are recorded for the dashboard once, when answered.
     """
     started = time.monotonic()
     key = WalletKey(wallet, currency)
+    once = partial(_select_once, tx_id, key, quantity, namespace, strategy)
     try:
         if wait > 0:
             try:
-                result = waiting.wait_for(
-                    key, wait, lambda: _select_once(tx_id, key, quantity, namespace)
-                )
+                result = waiting.wait_for(key, wait, once)
             except waiting.QueueFull:
                 # No room to wait here: answer as an impatient request would.
-                result = _select_once(tx_id, key, quantity, namespace)
+                result = once()
         else:
-            result = _select_once(tx_id, key, quantity, namespace)
-    except (InsufficientFunds, FundsLocked) as exc:
+            result = once()
+    except (InsufficientFunds, FundsLocked, NoMatch) as exc:
         if isinstance(exc, FundsLocked):
             exc.retry_after = hold_times().estimate(key)
-        outcome = "insufficient_funds" if isinstance(exc, InsufficientFunds) else "funds_locked"
-        metrics.record_selection(time.monotonic() - started, outcome, exc.stats)
-        _record_failure(namespace, tx_id, wallet, currency, quantity, exc)
+        outcome = failure_outcome(exc)
+        metrics.record_selection(
+            time.monotonic() - started, outcome, exc.stats, strategy=_name(strategy)
+        )
+        record_failure(namespace, tx_id, wallet, currency, quantity, exc, _name(strategy))
         raise
     except Exception:
         metrics.record_selection(time.monotonic() - started, "error", None)
         raise
     selection, created, stats = result
     if created:
-        metrics.record_selection(time.monotonic() - started, "success", stats)
+        metrics.record_selection(time.monotonic() - started, "success", stats, selection=selection)
     return selection, created
 
 
+def _name(strategy: Strategy | None) -> str:
+    return "random" if strategy is None else strategy.name
+
+
 def _select_once(
-    tx_id: str, key: WalletKey, quantity: int, namespace: str
+    tx_id: str, key: WalletKey, quantity: int, namespace: str, strategy: Strategy | None = None
 ) -> tuple[Selection, bool, object]:
     """One attempt: (selection, created, selector stats); raise like the selector does."""
     try:
@@ -118,6 +141,7 @@ def _select_once(
             patient=False,
             record=True,
             namespace=namespace,
+            strategy=strategy,
         )
     except ClaimRefused:
         return _repeat(namespace, tx_id, key.wallet, key.currency, quantity), False, None
@@ -135,6 +159,7 @@ def _select_once(
         fence=picked.fence,
         token_ids=[token_id for token_id, *_ in record.tokens],
         status=Selection.Status.LOCKED,
+        strategy=picked.strategy,
         created_at=record.created_at,
         expires_at=picked.expires_at,
     )
@@ -182,31 +207,6 @@ def _repeat(namespace: str, tx_id: str, wallet: str, currency: str, quantity: in
     if not _same_request(existing, wallet, currency, quantity):
         raise TxIdConflict(f"transaction {tx_id} already selected different tokens")
     return existing
-
-
-def _record_failure(
-    namespace: str,
-    tx_id: str,
-    wallet: str,
-    currency: str,
-    quantity: int,
-    exc: InsufficientFunds | FundsLocked,
-) -> None:
-    outcome = (
-        FailedSelection.Outcome.INSUFFICIENT_FUNDS
-        if isinstance(exc, InsufficientFunds)
-        else FailedSelection.Outcome.FUNDS_LOCKED
-    )
-    FailedSelection.objects.create(
-        namespace=namespace,
-        tx_id=tx_id,
-        wallet=wallet,
-        currency=currency,
-        quantity=Decimal(quantity),
-        outcome=outcome,
-        lock_conflicts=exc.stats.lock_conflicts if exc.stats else 0,
-    )
-    logger.info("selection %s in %s/%s failed: %s", tx_id, wallet, currency, outcome)
 
 
 def get_selection(
@@ -389,6 +389,7 @@ def _selection(
         expires_at=row.get("expires_at"),
         spent_at=row.get("spent_at"),
         released_at=row.get("released_at"),
+        strategy=row.get("strategy") or "random",
     )
     selection.held_tokens = tokens
     return verdict, selection, tokens

@@ -121,6 +121,19 @@ class PostgresTokenStore:
             record=self._recorded(claim, int(fence), granted, recorded_id, recorded_at, tokens),
         )
 
+    def candidates(
+        self, key: WalletKey, smallest: int, largest: int, cap: int | None = None
+    ) -> list[Candidate]:
+        params = {
+            "wallet": key.wallet,
+            "currency": key.currency,
+            "smallest": smallest,
+            "largest": largest,
+            "cap": None if cap is None else Decimal(cap),
+        }
+        ids, quantities = self._execute(locking.CANDIDATES, params).fetchone()
+        return _candidates(ids, quantities)
+
     def unlock(self, tx_id: str, fence: int, token_ids: Sequence[int] | None = None) -> int:
         params: dict[str, Any] = {"tx_id": tx_id, "fence": fence}
         if token_ids is not None:
@@ -166,7 +179,18 @@ class PostgresTokenStore:
                     "held_expiry": claim.held_expiry,
                 }
             )
-        variant = locking.LockStatement(fetch=fetch, record=claim.record, durable=self._durable())
+        # Strategies other than the default run their own variants (an ordered fetch, a row that
+        # names them); the default's are the statements the plans were tuned for.
+        named = claim.record and claim.strategy != "random"
+        if named:
+            params["strategy"] = claim.strategy
+        variant = locking.LockStatement(
+            fetch=fetch,
+            record=claim.record,
+            durable=self._durable(),
+            order=claim.order if fetch else "random",
+            strategy=named,
+        )
         return self._execute(locking.LOCK_STATEMENTS[variant], params).fetchone()
 
     def _durable(self) -> bool:

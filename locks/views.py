@@ -26,12 +26,13 @@ from locks.filters import LockFilter, SelectionFilter
 from locks.models import Selection, TokenLock
 from locks.serializers import (
     MAX_WAIT_SECONDS,
+    SELECT_REQUEST_SCHEMA,
     ExtendSerializer,
     LockSerializer,
     SelectionSerializer,
-    SelectRequestSerializer,
     SpendResultSerializer,
     SpendSerializer,
+    select_request,
     tokens_by_id,
 )
 from locks.services import (
@@ -41,6 +42,7 @@ from locks.services import (
     select_tokens,
     spend_selection,
 )
+from locks.strategies import TERMS, strategy_of
 
 TX_ID = OpenApiParameter(
     "tx_id",
@@ -112,12 +114,14 @@ class SelectionListCreate(generics.ListAPIView):
     @extend_schema(
         summary="Select tokens",
         description=(
-            "Lock tokens worth at least `quantity` for `tx_id`. 201 with the selection; an "
-            "identical repeat answers 200 with the same body. 409 codes: tx_id_conflict (same "
-            "tx_id, other terms), insufficient_funds (with `available`), funds_locked (other "
-            "transactions hold the funds; see Retry-After). 429 rate_limited per key or wallet."
+            "Lock tokens worth at least `quantity` for `tx_id`, picked by `strategy` (default "
+            "random). 201 with the selection; an identical repeat answers 200 with the same "
+            "body. 409 codes: tx_id_conflict (same tx_id, other terms), insufficient_funds "
+            "(with `available`), funds_locked (other transactions hold the funds; see "
+            "Retry-After), no_exact_match (exact), max_tokens_exceeded (consolidate). 429 "
+            "rate_limited per key or wallet."
         ),
-        request=SelectRequestSerializer,
+        request=SELECT_REQUEST_SCHEMA,
         tags=["selections"],
         responses={
             201: SelectionSerializer,
@@ -130,21 +134,27 @@ class SelectionListCreate(generics.ListAPIView):
                 413,
                 415,
                 429,
-                conflicts=("tx_id_conflict, insufficient_funds, funds_locked"),
+                conflicts=(
+                    "tx_id_conflict, insufficient_funds, funds_locked, no_exact_match, "
+                    "max_tokens_exceeded"
+                ),
             ),
         },
     )
     def post(self, request):
-        serializer = SelectRequestSerializer(data=request.data)
+        serializer = select_request(request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
+        strategy = strategy_of(data)
+        for name in ("strategy", *TERMS):
+            data.pop(name, None)
         check_wallets(request, [data["wallet"]])
         headers: dict[str, str] = {}
         wait = data.pop("wait", None)
         if wait is None and (wait := preferred_wait(request)) is not None:
             headers["Preference-Applied"] = f"wait={wait}"
         selection, created = select_tokens(
-            **data, namespace=request_namespace(request), wait=float(wait or 0)
+            **data, namespace=request_namespace(request), wait=float(wait or 0), strategy=strategy
         )
         body = SelectionSerializer(selection).data
         if not created:

@@ -2,11 +2,21 @@
 
 from .cache import TokenCache
 from .config import BackoffPolicy, SelectorConfig
-from .errors import ClaimRefused, FundsLocked, InsufficientFunds, InvalidRequest, SherdlockError
+from .errors import (
+    ClaimRefused,
+    FundsLocked,
+    InsufficientFunds,
+    InvalidRequest,
+    NoExactMatch,
+    NoMatch,
+    SherdlockError,
+    TooManyInputs,
+)
 from .interfaces import Clock, Sleeper, TokenStore
 from .lease import LeaseKeeper
 from .memory import InMemoryStore
 from .selector import Selector
+from .strategies import STRATEGIES, Strategy
 from .types import (
     MAX_QUANTITY,
     Candidate,
@@ -21,6 +31,7 @@ from .types import (
 
 __all__ = [
     "MAX_QUANTITY",
+    "STRATEGIES",
     "BackoffPolicy",
     "Candidate",
     "Claim",
@@ -33,14 +44,18 @@ __all__ = [
     "InvalidRequest",
     "LeaseKeeper",
     "LockOutcome",
+    "NoExactMatch",
+    "NoMatch",
     "Selection",
     "SelectionStats",
     "Selector",
     "SelectorConfig",
     "SherdlockError",
     "Sleeper",
+    "Strategy",
     "Supply",
     "TokenCache",
     "TokenStore",
+    "TooManyInputs",
     "WalletKey",
 ]

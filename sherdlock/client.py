@@ -2,8 +2,9 @@
 
 Standard library only, so wallet backends can use it without Django. Every method sends one
 request and returns the decoded JSON answer; errors come back as the core's exceptions where
-they mean the same thing (``InsufficientFunds``, ``FundsLocked``, as subclasses that also carry
-the answer's ``status`` and ``code``), else as ``ClientError``.
+they mean the same thing (``InsufficientFunds``, ``FundsLocked``, ``NoExactMatch``,
+``TooManyInputs``, as subclasses that also carry the answer's ``status`` and ``code``), else as
+``ClientError``.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from .errors import FundsLocked, InsufficientFunds, SherdlockError
+from .errors import FundsLocked, InsufficientFunds, NoExactMatch, SherdlockError, TooManyInputs
 from .lease import LeaseKeeper
+from .strategies import Strategy
 from .types import WalletKey
 
 API_PREFIX = "/api/v1/"
@@ -65,6 +67,35 @@ class AnsweredInsufficientFunds(_Answer, InsufficientFunds):
 
 class AnsweredFundsLocked(_Answer, FundsLocked):
     """``FundsLocked`` as the API answered it."""
+
+
+class AnsweredNoExactMatch(_Answer, NoExactMatch):
+    """``NoExactMatch`` as the API answered it."""
+
+
+class AnsweredTooManyInputs(_Answer, TooManyInputs):
+    """``TooManyInputs`` as the API answered it."""
+
+
+# The strategies' refusals, by code.
+NO_MATCH: dict[str, tuple[type[AnsweredNoExactMatch | AnsweredTooManyInputs], str]] = {
+    "no_exact_match": (AnsweredNoExactMatch, "exact"),
+    "max_tokens_exceeded": (AnsweredTooManyInputs, "consolidate"),
+}
+
+
+def strategy_terms(strategy: Strategy) -> dict[str, Any]:
+    """Return the body keys of a selection request that name `strategy` and its terms."""
+    if strategy == Strategy():
+        return {}
+    terms: dict[str, Any] = {"strategy": strategy.name}
+    if strategy.max_change is not None:
+        terms["max_change"] = str(strategy.max_change)
+    if strategy.max_tokens is not None:
+        terms["max_tokens"] = strategy.max_tokens
+    if strategy.fallback:
+        terms["fallback"] = True
+    return terms
 
 
 def _quantity(value: int | str | Decimal) -> str:
@@ -147,8 +178,14 @@ class SherdlockClient:
         *,
         wait: int = 0,
         retry_for: float = 0.0,
+        strategy: Strategy | None = None,
     ) -> dict[str, Any]:
-        """Lock tokens worth at least ``quantity``; return tx_id, tokens, total, expires_at, fence.
+        """Lock tokens worth at least ``quantity``; return tx_id, tokens, total, change, inputs,
+        strategy, expires_at, fence.
+
+        ``strategy`` (e.g. ``Strategy("exact", max_change=5)``) picks the tokens; the default
+        is random. An exact selection without a match raises NoExactMatch, a consolidating one
+        that needs too many tokens TooManyInputs.
 
         Raise InsufficientFunds or FundsLocked (with the server's ``retry_after``) when the
         wallet cannot cover it now. With ``wait`` the server keeps the request up to that many
@@ -162,6 +199,7 @@ class SherdlockClient:
             "wallet": wallet,
             "currency": currency,
             "quantity": _quantity(quantity),
+            **strategy_terms(strategy or Strategy()),
         }
         if wait:
             body["wait"] = int(wait)
@@ -275,8 +313,11 @@ class SherdlockClient:
     @staticmethod
     def _selector_error(exc: ClientError, key: WalletKey, requested: int) -> SherdlockError:
         available = _whole(exc.body.get("available"))  # None when the server does not say
-        error: AnsweredInsufficientFunds | AnsweredFundsLocked
-        if exc.code == "insufficient_funds":
+        error: SherdlockError
+        if exc.code in NO_MATCH:
+            cls, name = NO_MATCH[exc.code]
+            error = cls(key, requested, name)
+        elif exc.code == "insufficient_funds":
             error = AnsweredInsufficientFunds(key, requested, available)
         elif exc.code == "funds_locked":
             retry = exc.retry_after if exc.retry_after is not None else DEFAULT_RETRY_AFTER
@@ -284,6 +325,7 @@ class SherdlockClient:
         else:
             return exc
         error.args = (exc.detail,)  # the server's words, not a guess at the numbers
+        assert isinstance(error, _Answer)
         error.status, error.code = exc.status, exc.code
         return error
 

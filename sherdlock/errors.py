@@ -97,3 +97,31 @@ class ClaimRefused(SherdlockError):
 
 class InvalidRequest(SherdlockError, ValueError):
     """The selection request is malformed."""
+
+
+class NoMatch(SherdlockError):
+    """The free tokens cover the quantity, but no set of them meets the strategy's terms."""
+
+    def __init__(
+        self,
+        key: WalletKey,
+        requested: int,
+        strategy: str,
+        message: str | None = None,
+        *,
+        stats: SelectionStats | None = None,
+    ):
+        super().__init__(
+            message or f"no selection in {key} meets the {strategy} strategy", stats=stats
+        )
+        self.key = key
+        self.requested = requested
+        self.strategy = strategy
+
+
+class NoExactMatch(NoMatch):
+    """No set of the free tokens in the search window sums to the quantity within max_change."""
+
+
+class TooManyInputs(NoMatch):
+    """Covering the quantity needs more tokens than the request's max_tokens."""

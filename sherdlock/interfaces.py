@@ -43,6 +43,17 @@ class TokenStore(Protocol):
         """
         ...
 
+    def candidates(
+        self, key: WalletKey, smallest: int, largest: int, cap: int | None = None
+    ) -> list[Candidate]:
+        """Read free tokens of `key` without locking them: the window of a choosing strategy.
+
+        Up to `smallest` of the smallest and up to `largest` of the largest whose quantity is
+        at most `cap` (any, if None), each without duplicates; ties between equal quantities
+        are broken at random. Order is not significant.
+        """
+        ...
+
     def unlock(self, tx_id: str, fence: int, token_ids: Sequence[int] | None = None) -> int:
         """Delete the lock rows of `tx_id` under `fence` (only `token_ids` if given); count them.
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .errors import ClaimRefused
 from .interfaces import Clock
+from .strategies import arrange, prefix
 from .types import Candidate, Claim, FetchResult, LockOutcome, Supply, WalletKey
 
 
@@ -178,9 +179,10 @@ class InMemoryStore:
             fence = self._fence(claim)
             now = self._clock()
             key, need = claim.key, claim.need
-            free = sorted(t for t in self._unspent.get(key, ()) if self._live_lock(t, now) is None)
-            self._rng.shuffle(free)
-            rows = [Candidate(t, self._tokens[t].quantity) for t in free[:limit]]
+            free = self._free(key, now)
+            rows = arrange(
+                (Candidate(t, self._tokens[t].quantity) for t in free), claim.order, self._rng
+            )[:limit]
             seen = sum(c.quantity for c in rows)
             reach = (
                 seen
@@ -200,13 +202,7 @@ class InMemoryStore:
                 self._raise_after(fault)
                 return result
             self._check_claim(claim)
-            granted: list[Candidate] = []
-            reached = 0
-            for candidate in rows:
-                if reached >= need:
-                    break
-                granted.append(candidate)
-                reached += candidate.quantity
+            granted = prefix(rows, need)
             expires_at = self._lock_rows(granted, claim.tx_id, fence, now)
             result = FetchResult(
                 granted=granted,
@@ -245,6 +241,22 @@ class InMemoryStore:
             self._raise_after(fault)
             return outcome
 
+    def candidates(
+        self, key: WalletKey, smallest: int, largest: int, cap: int | None = None
+    ) -> list[Candidate]:
+        """Read up to `smallest` smallest and `largest` largest (at most `cap`) free tokens."""
+        with self._mutex:
+            fault = self._enter("candidates")
+            now = self._clock()
+            free = [Candidate(t, self._tokens[t].quantity) for t in self._free(key, now)]
+            low = arrange(free, "ascending", self._rng)[:smallest]
+            capped = (c for c in free if cap is None or c.quantity <= cap)
+            high = arrange(capped, "descending", self._rng)[:largest]
+            seen = {c.token_id for c in low}
+            window = low + [c for c in high if c.token_id not in seen]
+            self._raise_after(fault)
+            return window
+
     def unlock(self, tx_id: str, fence: int, token_ids: Sequence[int] | None = None) -> int:
         """Delete lock rows of `tx_id` under `fence`, only `token_ids` if given."""
         with self._mutex:
@@ -279,6 +291,10 @@ class InMemoryStore:
 
     # -- internals ------------------------------------------------------------------
 
+    def _free(self, key: WalletKey, now: float) -> list[int]:
+        """Return the ids of the unspent, not live-locked tokens of `key`, sorted."""
+        return sorted(t for t in self._unspent.get(key, ()) if self._live_lock(t, now) is None)
+
     def _fence(self, claim: Claim) -> int:
         """Return the claim's fence, drawing the next one if it has none."""
         return claim.fence if claim.fence is not None else next(self._fences)
@@ -295,7 +311,12 @@ class InMemoryStore:
         tokens = (*claim.held, *granted)
         if sum(c.quantity for c in tokens) < claim.quantity:
             return None
-        record = {"tx_id": claim.tx_id, "fence": fence, "token_ids": [c.token_id for c in tokens]}
+        record = {
+            "tx_id": claim.tx_id,
+            "fence": fence,
+            "token_ids": [c.token_id for c in tokens],
+            "strategy": claim.strategy,
+        }
         self.records[(claim.namespace, claim.tx_id)] = record
         return record
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import InvalidRequest
+from .strategies import DEFAULT, Strategy
 from .types import MAX_QUANTITY, Candidate, Claim, SelectionStats, WalletKey
 
 
@@ -27,6 +28,7 @@ class Round:
     recording: bool = False
     namespace: str = ""
     record: object | None = None
+    strategy: Strategy = DEFAULT
 
     def claim(self) -> Claim:
         """Describe this round to the store."""
@@ -39,7 +41,31 @@ class Round:
             min(self.expiries) if self.expiries else None,  # type: ignore[type-var]
             self.recording,
             self.namespace,
+            self.strategy.order,
+            self.strategy.name,
         )
+
+    def fresh(self, strategy: Strategy | None = None) -> Round:
+        """Return a new round of the same selection (same fence and stats), holding nothing."""
+        return Round(
+            self.tx_id,
+            self.key,
+            self.quantity,
+            self.fence,
+            self.stats,
+            recording=self.recording,
+            namespace=self.namespace,
+            strategy=strategy if strategy is not None else self.strategy,
+        )
+
+    def give_back(self) -> list[int]:
+        """Forget every token this round locked (the caller unlocks them); return their ids."""
+        ids = [c.token_id for c in self.locked]
+        self.locked.clear()
+        self.ids.clear()
+        self.total = 0
+        self.expiries.clear()
+        return ids
 
 
 def validate(

@@ -9,11 +9,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
+from . import choosing
 from .cache import TokenCache
 from .config import SelectorConfig
-from .errors import ClaimRefused, FundsLocked, InsufficientFunds, InvalidRequest
+from .errors import ClaimRefused, FundsLocked, InsufficientFunds, InvalidRequest, NoExactMatch
 from .interfaces import Clock, Sleeper, TokenStore
 from .round import Round, validate
+from .strategies import DEFAULT, ORDER_RANDOM, Strategy, arrange
 from .types import Candidate, Selection, SelectionStats, Supply, WalletKey
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,9 @@ class Selector:
         # cache ttl is in demand here, and worth a full batch.
         self._fetched: OrderedDict[WalletKey, float] = OrderedDict()
         self._fetched_lock = threading.Lock()
+        # Candidates read in quantity order, per order: kept apart from the random queues,
+        # whose order would defeat the strategies that read them. Holds stay in `_cache`.
+        self._ordered: dict[str, TokenCache] = {}
 
     @property
     def config(self) -> SelectorConfig:
@@ -76,6 +81,7 @@ class Selector:
         patient: bool = True,
         record: bool = False,
         namespace: str = "",
+        strategy: Strategy | None = None,
     ) -> Selection:
         """Lock tokens of `wallet` in `currency` summing to at least `quantity` for `tx_id`.
 
@@ -87,11 +93,25 @@ class Selector:
         propagate unchanged. On any failure this call holds no lock. Without `fence` the
         first locking statement draws one. With `record` the store records the selection
         as it completes it (see Claim.record) and may refuse with ClaimRefused when `tx_id`
-        is taken in `namespace`.
+        is taken in `namespace`. `strategy` (default: random) decides which free tokens are
+        locked; an exact one raises NoExactMatch, or TooManyInputs for consolidate, when no
+        set of the free tokens meets its terms (an exact one with `fallback` selects as random
+        instead).
         """
         key = validate(tx_id, wallet, currency, quantity, fence)
         stats = SelectionStats()
-        backoff = self._config.backoff
+        first = Round(tx_id, key, quantity, fence, stats, recording=record, namespace=namespace)
+        first.strategy = strategy if strategy is not None else DEFAULT
+        try:
+            return self._rounds(first, patient)
+        except NoExactMatch:
+            if not first.strategy.fallback:
+                raise
+        return self._rounds(first.fresh(DEFAULT), patient)
+
+    def _rounds(self, rnd: Round, patient: bool) -> Selection:
+        """Run a selection's first round, then backoff rounds while it loses to contention."""
+        stats, backoff = rnd.stats, self._config.backoff
         rounds = backoff.attempts + 1 if patient else 1
         for attempt in range(rounds):
             if attempt:
@@ -101,16 +121,15 @@ class Selector:
                 stats.backoff_seconds += delay
                 self._sleep(delay)
                 # Cached candidates are the ones just fought over; start from the store.
-                self._cache.invalidate(key)
+                self._cache.invalidate(rnd.key)
+                self._cache_for(rnd.strategy.order).invalidate(rnd.key)
+                rnd = rnd.fresh()  # later rounds keep the fence the first one drew
             stats.rounds += 1
-            rnd = Round(tx_id, key, quantity, fence, stats, recording=record, namespace=namespace)
             try:
                 return self._run_round(rnd, patient)
             except FundsLocked:
                 if attempt == rounds - 1:
                     raise
-            finally:
-                fence = rnd.fence  # later rounds keep the fence the first one drew
         raise AssertionError("unreachable")  # pragma: no cover
 
     def release(
@@ -156,6 +175,20 @@ class Selector:
         ids = list(token_ids)
         self._cache.unhold(ids)
         self._cache.discard(key, ids)
+        for cache in list(self._ordered.values()):
+            cache.discard(key, ids)
+
+    def _cache_for(self, order: str) -> TokenCache:
+        """Return the candidate cache that keeps candidates in `order`."""
+        if order == ORDER_RANDOM:
+            return self._cache
+        cache = self._ordered.get(order)
+        if cache is None:
+            with self._fetched_lock:
+                cache = self._ordered.setdefault(
+                    order, TokenCache(self._cache.ttl, self._cache.max_wallets, self._clock)
+                )
+        return cache
 
     def _run_round(self, rnd: Round, patient: bool) -> Selection:
         """Run one round; on any failure release exactly its locks and re-raise."""
@@ -179,11 +212,16 @@ class Selector:
             expires_at=min(rnd.expiries) if rnd.expiries else None,  # type: ignore[type-var]
             stats=rnd.stats,
             record=rnd.record,
+            strategy=rnd.strategy.name,
         )
 
     def _gather(self, rnd: Round, patient: bool) -> None:
         """Lock tokens from the cache, refetching when it runs dry, until the quantity is met."""
+        if rnd.strategy.chooses:
+            choosing.gather(self, rnd, patient)
+            return
         store, config, stats = self._store, self._config, rnd.stats
+        cache = self._cache_for(rnd.strategy.order)
         # Fetches in a row that locked nothing before the round gives up. An impatient round
         # refetches at once, without sleeping: a fetch whose picks were all taken by
         # concurrent statements says nothing about what is free now, and only a fetch that
@@ -194,19 +232,13 @@ class Selector:
         total_before_fetch = 0
         shortfall: Supply | None = None  # as of the latest fetch
         while rnd.total < rnd.quantity:
-            batch = self._cache.take(rnd.key, rnd.quantity - rnd.total, exclude=rnd.ids)
+            batch = cache.take(rnd.key, rnd.quantity - rnd.total, exclude=rnd.ids)
+            if cache is not self._cache:  # this replica's holds live in the random cache
+                batch = [c for c in batch if not self._cache.is_held(c.token_id)]
             if batch:
-                submitted = {c.token_id for c in batch}
-                rnd.pending = list(submitted)
-                outcome = store.try_lock(rnd.claim(), batch)
-                rnd.pending = []
-                self._adopt(rnd, outcome.fence, outcome.record)
-                hits = self._accept(rnd, outcome.granted, outcome.expires_at, submitted)
-                stats.lock_attempts += len(batch)
-                stats.cache_hits += hits
                 # Not granted means someone else holds, spent or is touching the token. It
                 # left the queue and comes back only if a later fetch sees it free.
-                stats.lock_conflicts += len(batch) - hits
+                stats.cache_hits += len(batch) - len(self._try_lock(rnd, batch))
                 continue
 
             if fetches:
@@ -242,13 +274,28 @@ class Selector:
                 continue  # others hold enough: wait for them to spend or release
             self._cache_spare(rnd, result.spare)
 
+    def _try_lock(self, rnd: Round, batch: Sequence[Candidate]) -> set[int]:
+        """Lock `batch` for the round in one call; return the ids that were not granted."""
+        submitted = {c.token_id for c in batch}
+        rnd.pending = sorted(submitted)
+        outcome = self._store.try_lock(rnd.claim(), batch)
+        rnd.pending = []
+        self._adopt(rnd, outcome.fence, outcome.record)
+        hits = self._accept(rnd, outcome.granted, outcome.expires_at, submitted)
+        rnd.stats.lock_attempts += len(batch)
+        rnd.stats.lock_conflicts += len(batch) - hits
+        return submitted - {c.token_id for c in outcome.granted}
+
     def _cache_spare(self, rnd: Round, spare: Iterable[Candidate]) -> None:
         """Queue what a fetch saw but did not lock, for this and later selections."""
         spare = [c for c in spare if c.token_id not in rnd.ids]
         # Stores already permute rows; shuffling again keeps replicas apart even if one
-        # does not.
-        self._rng.shuffle(spare)
-        self._cache.put(rnd.key, spare)
+        # does not. An ordered queue is replaced, not extended: appending would break its order.
+        order = rnd.strategy.order
+        spare = arrange(spare, order, self._rng)
+        if order != ORDER_RANDOM:
+            self._cache_for(order).invalidate(rnd.key)
+        self._cache_for(order).put(rnd.key, spare)
 
     def _fetch_limit(self, key: WalletKey) -> int:
         """Return how many rows to fetch for `key`: a full batch only where demand repeats."""

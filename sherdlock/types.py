@@ -58,6 +58,10 @@ class Claim:
     held_expiry: object | None = None
     record: bool = False
     namespace: str = ""
+    # How a fetch orders the rows it reads and locks a prefix of (sherdlock.strategies.ORDERS),
+    # and the strategy a recording store writes on the selection.
+    order: str = "random"
+    strategy: str = "random"
 
     @property
     def held_total(self) -> int:
@@ -146,6 +150,13 @@ class Selection:
     stats: SelectionStats
     # What the store recorded for this selection (see Claim.record); else None.
     record: object | None = None
+    # The strategy that made it (an exact selection that fell back reports "random").
+    strategy: str = "random"
+
+    @property
+    def inputs(self) -> int:
+        """Return the number of tokens selected."""
+        return len(self.tokens)
 
     @property
     def token_ids(self) -> tuple[int, ...]:

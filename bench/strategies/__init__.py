@@ -25,6 +25,10 @@ SKIP_LOCKED = "skip-locked-statement"
 CACHE_BATCH = "cache-batch"
 FLOOR = "floor"
 HTTP = "ours-http"
+# Ours with a selection strategy other than the default (bench.selection_strategies): the
+# same replicas and settings, each selection naming the strategy.
+SELECTION_STRATEGIES = ("smallest_first", "fewest_tokens", "exact", "consolidate")
+OURS_WITH = "ours:"
 # What ours must beat at every target point.
 BASELINES = (SERIALIZED, ADVISORY, SEED, SKIP_LOCKED, CACHE_BATCH)
 ALL = (OURS, LISTENER, *BASELINES, FLOOR)
@@ -105,7 +109,7 @@ def listener_available() -> bool:
 def build(name: str, seed: int) -> Strategy:
     """Create a strategy for one replica process (Django must be set up)."""
     rng = random.Random(seed)
-    if name in (OURS, LISTENER):
+    if name in (OURS, LISTENER) or name.startswith(OURS_WITH):
         from bench.strategies.ours import Ours
 
         return Ours(name)

@@ -7,9 +7,20 @@ from collections.abc import Sequence
 from bench.strategies.base import Picked
 from locks import replica
 from locks.store import PostgresTokenStore
-from sherdlock import Candidate, Claim, FetchResult, LockOutcome, WalletKey
+from sherdlock import Candidate, Claim, FetchResult, LockOutcome, Strategy, WalletKey
 
 LISTENER_TIMEOUT = 10.0
+# The terms the benchmark gives the strategies that take some: an exact selection without a
+# changeless set falls back to random (counted as exact), a consolidation sweeps up to 10.
+BENCH_TERMS: dict[str, dict[str, object]] = {
+    "exact": {"fallback": True},
+    "consolidate": {"max_tokens": 10},
+}
+
+
+def selection_strategy(name: str) -> Strategy:
+    """Return the selection strategy ``name`` with the benchmark's terms."""
+    return Strategy(name, **BENCH_TERMS.get(name, {}))  # type: ignore[arg-type]
 
 
 class CountingStore(PostgresTokenStore):
@@ -46,6 +57,8 @@ class Ours:
 
     def __init__(self, name: str = "ours") -> None:
         self.name = name
+        # "ours:<strategy>": every selection names that selection strategy (with its bench terms).
+        self.strategy = selection_strategy(name.partition(":")[2] or "random")
         # The replica module builds its store from this name; counting needs our subclass.
         replica.PostgresTokenStore = CountingStore
         CountingStore.latest = None
@@ -63,7 +76,9 @@ class Ours:
         return None if self._store is None else self._store.lock_attempts
 
     def select(self, tx_id: str, key: WalletKey, quantity: int) -> Picked:
-        selection = self.selector.select(tx_id, key.wallet, key.currency, quantity)
+        selection = self.selector.select(
+            tx_id, key.wallet, key.currency, quantity, strategy=self.strategy
+        )
         return Picked(tx_id, key, selection.fence, selection.tokens, selection)
 
     def select_waiting(self, tx_id: str, key: WalletKey, quantity: int, seconds: float) -> Picked:

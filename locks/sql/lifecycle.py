@@ -19,7 +19,8 @@ from locks.sql.waiting import WAKE
 SELECTION = """
 sel AS MATERIALIZED (
     SELECT s.id, s.tx_id, s.wallet, s.currency, s.quantity, s.total, s.fence, s.token_ids,
-           s.output_ids, s.status, s.created_at, s.expires_at, s.spent_at, s.released_at
+           s.output_ids, s.status, s.created_at, s.expires_at, s.spent_at, s.released_at,
+           s.strategy
     FROM locks_selection s{after}
     WHERE s.namespace = %(namespace)s::text AND s.tx_id = %(tx_id)s::text
       AND (%(wallets)s::text[] IS NULL OR s.wallet = ANY(%(wallets)s::text[]))
@@ -32,7 +33,7 @@ READ = """
 WITH sel AS MATERIALIZED (
     SELECT s.id, s.tx_id, s.wallet, s.currency, s.quantity, s.total, s.fence, s.token_ids,
            s.output_ids, s.status, s.created_at, s.expires_at, s.spent_at, s.released_at,
-           s.namespace
+           s.namespace, s.strategy
     FROM locks_selection s
     WHERE (%(namespace)s::text IS NULL OR s.namespace = %(namespace)s::text)
       AND s.tx_id = %(tx_id)s::text
@@ -55,7 +56,7 @@ SELECT CASE WHEN EXISTS (SELECT FROM sel) THEN 'ok' ELSE 'not_found' END AS verd
 SELECTION_COLUMNS = """(SELECT id FROM sel) AS id, (SELECT wallet FROM sel) AS wallet,
        (SELECT currency FROM sel) AS currency, (SELECT quantity FROM sel) AS quantity,
        (SELECT total FROM sel) AS total, (SELECT fence FROM sel) AS fence,
-       (SELECT created_at FROM sel) AS created_at,
+       (SELECT created_at FROM sel) AS created_at, (SELECT strategy FROM sel) AS strategy,
        (SELECT json_agg(json_build_array(t.id, t.tx_id, t."index", t.quantity) ORDER BY t.id)
         FROM tokens_token t WHERE t.id = ANY((SELECT token_ids FROM sel)::bigint[])) AS tokens"""
 

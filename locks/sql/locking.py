@@ -216,6 +216,62 @@ FETCH_EXTRA = """(SELECT count(*) FROM chosen) AS attempted,
        """
 
 
+# -- strategies: fetches in quantity order, windows, the strategy on the selection row -------
+
+# The batch of a fetch in quantity order (smallest_first: ascending, fewest_tokens: descending),
+# equal quantities in random order, so replicas that read the same tokens do not all try the
+# same one first. Unlike the random fetch's index walk, it reads every free token of the wallet
+# (an index-only scan of token_unspent_by_wallet and a top-N sort): the price of an order by
+# amount without an index on it, which every issue and spend would pay for. `rnd` is the rank in
+# that order, so the random fetch's later parts (seen, reach, chosen) lock the covering prefix
+# in it as they are. The random fetch's own text stays as it is.
+ORDERED_BATCH = """
+candidates AS MATERIALIZED (
+    SELECT id, quantity, row_number() OVER (ORDER BY quantity {direction}, tie) AS rnd
+    FROM (SELECT t.id, t.quantity, random() AS tie FROM tokens_token t
+          WHERE {unspent_of_key} AND {free}
+          ORDER BY t.quantity {direction}, tie
+          LIMIT %(limit)s::int) batch
+),"""
+FETCH_AFTER_BATCH = FETCH_CHOICE[FETCH_CHOICE.index("\nseen AS") :]
+FETCH_ORDERED_CHOICE: dict[str, str] = {
+    order: ORDERED_BATCH.replace("{direction}", direction) + FETCH_AFTER_BATCH
+    for order, direction in (("ascending", "ASC"), ("descending", "DESC"))
+}
+
+# The window of a choosing strategy (exact, consolidate), read without locking anything: up to
+# %(smallest)s of the smallest free tokens of the wallet and up to %(largest)s of the largest
+# not above %(cap)s (any, when NULL), ties in random order. The selector chooses a set from it
+# and locks that with the try-lock statement, which re-checks every token.
+CANDIDATES = f"""
+WITH smallest AS (
+    SELECT t.id, t.quantity FROM tokens_token t
+    WHERE {UNSPENT_OF_KEY} AND {FREE}
+    ORDER BY t.quantity, random()
+    LIMIT %(smallest)s::int
+),
+largest AS (
+    SELECT t.id, t.quantity FROM tokens_token t
+    WHERE {UNSPENT_OF_KEY} AND {FREE}
+      AND (%(cap)s::numeric IS NULL OR t.quantity <= %(cap)s::numeric)
+    ORDER BY t.quantity DESC, random()
+    LIMIT %(largest)s::int
+),
+seen AS (SELECT id, quantity FROM smallest UNION SELECT id, quantity FROM largest)
+SELECT array_agg(id ORDER BY id), array_agg(quantity ORDER BY id) FROM seen
+"""
+
+# The selection row of a selection made by a strategy other than the default: the same row,
+# naming its strategy (the default one leaves the column to its default, 'random').
+RECORDED_STRATEGY = RECORDED.replace(
+    "status, created_at, expires_at)", "status, created_at, expires_at, strategy)"
+).replace(
+    "least(min(w.expires_at), %(held_expiry)s::timestamptz)",
+    "least(min(w.expires_at), %(held_expiry)s::timestamptz), %(strategy)s::text",
+)
+assert RECORDED_STRATEGY.count("strategy") == 2
+
+
 @dataclass(frozen=True)
 class LockStatement:
     """Which variant of a locking statement: its source, and what else it does."""
@@ -223,6 +279,8 @@ class LockStatement:
     fetch: bool  # fetch-and-lock (a random batch of the wallet) or try-lock (given ids)
     record: bool  # gate on the tx id and write the selection row when complete
     durable: bool  # commit synchronously
+    order: str = "random"  # fetch: random, or by quantity (ascending, descending)
+    strategy: bool = False  # record: name the strategy on the selection row
 
 
 def _compose(variant: LockStatement) -> str:
@@ -234,10 +292,13 @@ def _compose(variant: LockStatement) -> str:
     )
     if variant.record:
         ctes += GATE
-    ctes += (FETCH_CHOICE if variant.fetch else TRY_LOCK_CHOICE).format(**fill)
+    choice = FETCH_CHOICE if variant.fetch else TRY_LOCK_CHOICE
+    if variant.fetch and variant.order != "random":
+        choice = FETCH_ORDERED_CHOICE[variant.order]
+    ctes += choice.format(**fill)
     ctes += WANTED.format(**fill) + GRANTED
     if variant.record:
-        ctes += RECORDED
+        ctes += RECORDED_STRATEGY if variant.strategy else RECORDED
     extra = (FETCH_EXTRA.format(**fill) if variant.fetch else "") + (
         RESULT_RECORDED.format(**fill) if variant.record else RESULT_PLAIN
     )
@@ -249,6 +310,11 @@ def _variants() -> Iterator[LockStatement]:
         for record in (False, True):
             for durable in (False, True):
                 yield LockStatement(fetch, record, durable)
+                # The strategies' variants: fetches in quantity order, rows naming strategies.
+                for order in ("random", "ascending", "descending") if fetch else ("random",):
+                    for strategy in (False, True) if record else (False,):
+                        if order != "random" or strategy:
+                            yield LockStatement(fetch, record, durable, order, strategy)
 
 
 LOCK_STATEMENTS: dict[LockStatement, str] = {v: _compose(v) for v in _variants()}

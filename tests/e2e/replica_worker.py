@@ -38,6 +38,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--payee", default=None, help="pay the quantity to this wallet (change back to the payer)"
     )
+    parser.add_argument(
+        "--strategies",
+        nargs="+",
+        default=["random"],
+        help="selection strategies, one drawn per selection (see TERMS for their terms)",
+    )
     return parser.parse_args(argv)
 
 
@@ -56,27 +62,41 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+# The terms of the strategies that take some: enough change for exact to always find a set
+# among tokens of 5, enough inputs for consolidate to cover the largest request.
+TERMS: dict[str, dict[str, object]] = {"exact": {"max_change": 4}, "consolidate": {"max_tokens": 6}}
+
+
 def run(args: argparse.Namespace, rng: random.Random, out) -> None:
     """Make ``args.selections`` selections, writing one JSON line each."""
     from locks import services
-    from sherdlock import FundsLocked, InsufficientFunds
+    from sherdlock import FundsLocked, InsufficientFunds, NoMatch, Strategy
     from tokens.services import TokenSpec
 
     for n in range(args.selections):
         tx_id = f"{args.name}-{n}"
         wallet = rng.choice(args.wallets)
         quantity = rng.randint(args.min_quantity, args.max_quantity)
-        record: dict[str, object] = {"tx_id": tx_id, "wallet": wallet, "quantity": quantity}
+        name = rng.choice(args.strategies)
+        strategy = Strategy(name, **TERMS.get(name, {}))  # type: ignore[arg-type]
+        record: dict[str, object] = {
+            "tx_id": tx_id,
+            "wallet": wallet,
+            "quantity": quantity,
+            "strategy": name,
+        }
         started = time.monotonic()
         try:
             if args.wait:
                 selection, _ = services.select_tokens(
-                    tx_id, wallet, args.currency, quantity, wait=args.wait
+                    tx_id, wallet, args.currency, quantity, wait=args.wait, strategy=strategy
                 )
             else:
                 selection = select_as_a_client(
-                    services, tx_id, wallet, args.currency, quantity, rng, record
+                    services, tx_id, wallet, args.currency, quantity, rng, record, strategy
                 )
+        except NoMatch as exc:
+            record.update(outcome="no_match", detail=str(exc))
         except InsufficientFunds as exc:
             record.update(outcome="insufficient_funds", available=exc.available)
         except FundsLocked as exc:
@@ -109,14 +129,16 @@ def run(args: argparse.Namespace, rng: random.Random, out) -> None:
 
 
 def select_as_a_client(
-    services, tx_id, wallet, currency, quantity, rng, record, attempts: int = 60
+    services, tx_id, wallet, currency, quantity, rng, record, strategy=None, attempts: int = 60
 ):
     """Select as an API client does: retry "funds locked" after its hint, with jitter."""
     from sherdlock import FundsLocked
 
     for attempt in range(attempts):
         try:
-            selection, _ = services.select_tokens(tx_id, wallet, currency, quantity)
+            selection, _ = services.select_tokens(
+                tx_id, wallet, currency, quantity, strategy=strategy
+            )
             return selection
         except FundsLocked as exc:
             record["retries"] = attempt + 1

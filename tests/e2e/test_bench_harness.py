@@ -64,6 +64,8 @@ TINY = [
     "2",
     "--pgbouncer-workloads",
     "hot-wallet",
+    "--strategy-replicas",
+    "2",
 ]
 REPORT_KEYS = {
     "version",
@@ -76,6 +78,7 @@ REPORT_KEYS = {
     "housekeeping",
     "chain",
     "pgbouncer",
+    "selection_strategies",
     "ratios",
     "targets",
     "skipped",
@@ -222,6 +225,22 @@ def test_the_pgbouncer_points_run_pooled_and_direct_without_a_fault(run):
     )
     assert pair["ratios"]["selections_per_s"] > 0
     assert "pooled ÷ direct" in done.stdout
+
+
+@pytest.mark.timeout(600)
+def test_every_selection_strategy_is_measured_against_random(run):
+    report, _, done = run
+    section = report["selection_strategies"]
+    assert (section["workload"], section["replicas"]) == ("spread", 2)
+    names = [p["selection_strategy"] for p in section["points"]]
+    assert names == ["random", "smallest_first", "fewest_tokens", "exact", "consolidate"]
+    for point in section["points"]:
+        assert_sound(point, f"selection strategy {point['selection_strategy']}")
+        assert point["inputs_per_selection"] >= 1 and point["change_per_selection"] >= 0
+        assert point["vs_random"]["selections_per_s"] > 0
+    exact = section["points"][3]
+    assert exact["change_per_selection"] <= section["points"][0]["change_per_selection"]
+    assert "Selection strategies (spread, R=2" in done.stdout
 
 
 @pytest.mark.timeout(600)

@@ -161,6 +161,50 @@ def test_many_wallets(tmp_path, subprocess_env, replicas, selections):
     assert_books_balance(records, Decimal(20 * 20 * 5))
 
 
+STRATEGY_MIX = ["random", "smallest_first", "fewest_tokens", "exact", "consolidate"]
+
+
+@pytest.mark.parametrize(
+    "replicas,selections",
+    [
+        pytest.param(8, 12, id="short"),
+        pytest.param(12, 80, id="long", marks=pytest.mark.slow),
+    ],
+)
+def test_a_mix_of_strategies_on_shared_wallets(tmp_path, subprocess_env, replicas, selections):
+    """Every strategy at once on the same wallets: each holds only what it returns."""
+    wallets = ["m0", "m1", "m2"]
+    for wallet in wallets:
+        make_tokens(30, wallet=wallet, quantity=5)
+        make_tokens(10, wallet=wallet, quantity=1)
+        make_tokens(4, wallet=wallet, quantity=25)
+    records = run_replicas(
+        tmp_path,
+        subprocess_env,
+        replicas,
+        wallets=wallets,
+        selections=selections,
+        min_quantity=1,
+        max_quantity=20,
+        strategies=STRATEGY_MIX,
+    )
+    counts = outcomes(records)
+    assert counts.get("insufficient_funds", 0) == 0, counts
+    assert counts.get("no_match", 0) == 0, [r for r in records if r["outcome"] == "no_match"]
+    assert {r["strategy"] for r in records} == set(STRATEGY_MIX)
+    assert_never_held_twice(records)
+    assert_books_balance(records, Decimal(3 * (150 + 10 + 100)))
+    by_tx = {r["tx_id"]: r for r in records if r["outcome"] == "selected"}
+    for selection in Selection.objects.all():
+        record = by_tx[selection.tx_id]
+        assert selection.strategy == record["strategy"]
+        assert sorted(selection.token_ids) == sorted(record["tokens"])
+        if record["strategy"] == "exact":
+            assert selection.total - selection.quantity <= 4
+        if record["strategy"] == "consolidate":
+            assert len(selection.token_ids) <= 6
+
+
 @pytest.mark.parametrize(
     "selections",
     [

@@ -9,6 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from locks.dashboard import build_dashboard, lock_figures
+from locks.models import FailedSelection, Selection
 from tests.factories import lock_tokens, make_tokens
 from tokens.models import CurrencySupply
 
@@ -53,11 +54,37 @@ def test_supply_rows_come_from_the_summary_with_their_locked_share():
 def test_the_dashboard_is_the_same_handful_of_queries_whatever_the_data(
     django_assert_max_num_queries,
 ):
-    with django_assert_max_num_queries(8) as empty:
+    with django_assert_max_num_queries(9) as empty:
         build_dashboard()
     for wallet in ("a", "b", "c"):
         lock_tokens(make_tokens(20, wallet=wallet, currency=wallet.upper()), spender=wallet)
-    with django_assert_max_num_queries(8) as full:
+    with django_assert_max_num_queries(9) as full:
         data = build_dashboard()
     assert len(data.supply) == 3 and data.locks.live == 60
     assert len(full) == len(empty)
+
+
+def test_the_dashboard_counts_selections_inputs_and_change_per_strategy():
+    for tx_id, quantity, total, ids, strategy in [
+        ("a", 10, 12, [1, 2], "exact"),
+        ("b", 10, 20, [3], "random"),
+        ("c", 5, 5, [4, 5, 6], "exact"),
+    ]:
+        Selection.objects.create(
+            tx_id=tx_id,
+            wallet="alice",
+            currency="USD",
+            quantity=quantity,
+            total=total,
+            token_ids=ids,
+            strategy=strategy,
+        )
+    FailedSelection.objects.create(
+        tx_id="d", wallet="alice", currency="USD", quantity=7, outcome="no_match", strategy="exact"
+    )
+    rows = {r.strategy: r for r in build_dashboard().strategies}
+    exact, random = rows["exact"], rows["random"]
+    assert (exact.selections, exact.failed, exact.inputs, exact.change) == (2, 1, 5, 2)
+    assert (exact.inputs_per_selection, exact.change_per_selection) == (2.5, 1)
+    assert (random.selections, random.failed, random.change) == (1, 0, 10)
+    assert sum(m.no_match for m in build_dashboard().outcomes) == 1

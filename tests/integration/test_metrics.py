@@ -100,3 +100,28 @@ def test_multiprocess_mode_reads_the_shared_directory(client, monkeypatch, tmp_p
     samples = scrape(client)
     # No worker wrote a file in the empty directory, so nothing of this process shows.
     assert not any(name.startswith("sherdlock_selections") for name, _ in samples)
+
+
+def test_selections_inputs_and_change_are_counted_per_strategy(client):
+    from sherdlock import NoExactMatch, Strategy
+
+    for quantity in (1, 200, 7):
+        make_tokens(1, wallet="strat", quantity=quantity)
+    before = scrape(client)
+    services.select_tokens("s-1", "strat", "USD", 150, strategy=Strategy("fewest_tokens"))
+    with pytest.raises(NoExactMatch):
+        services.select_tokens("s-2", "strat", "USD", 5, strategy=Strategy("exact"))
+    services.select_tokens("s-3", "strat", "USD", 8, strategy=Strategy("exact"))
+    after = scrape(client)
+
+    def grew(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    selections = "sherdlock_strategy_selections_total"
+    assert grew(selections, strategy="fewest_tokens", outcome="success") == 1
+    assert grew(selections, strategy="exact", outcome="success") == 1
+    assert grew(selections, strategy="exact", outcome="no_match") == 1
+    assert grew("sherdlock_selections_total", outcome="no_match") == 1
+    assert grew("sherdlock_selection_inputs_total", strategy="exact") == 2
+    assert grew("sherdlock_selection_change_total", strategy="fewest_tokens") == 50
+    assert grew("sherdlock_selection_change_total", strategy="exact") == 0

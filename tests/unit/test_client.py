@@ -10,7 +10,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from sherdlock import FundsLocked, InsufficientFunds, LeaseKeeper, SherdlockError, WalletKey
+from sherdlock import (
+    FundsLocked,
+    InsufficientFunds,
+    InvalidRequest,
+    LeaseKeeper,
+    NoExactMatch,
+    SherdlockError,
+    Strategy,
+    TooManyInputs,
+    WalletKey,
+)
 from sherdlock.client import ClientError, SherdlockClient
 
 WAIT = 5.0  # bound on every wait; each returns as soon as its condition holds
@@ -123,6 +133,27 @@ def test_select_posts_decimal_strings_with_the_api_key(api, client):
     }
     assert request["headers"]["Authorization"] == "Api-Key prefix.secret"
     assert request["headers"]["Content-Type"] == "application/json"
+
+
+def test_select_names_the_strategy_and_its_terms(api, client):
+    api.script("/api/v1/selections/", Answer(201, SELECTED), Answer(201, SELECTED))
+    client.select("tx-1", "alice", "USD", 5, strategy=Strategy("exact", max_change=2**64 - 1))
+    client.select("tx-2", "alice", "USD", 5, strategy=Strategy("consolidate", max_tokens=7))
+    first, second = (call["body"] for call in api.calls("/api/v1/selections/"))
+    assert (first["strategy"], first["max_change"]) == ("exact", "18446744073709551615")
+    assert (second["strategy"], second["max_tokens"]) == ("consolidate", 7)
+    with pytest.raises(InvalidRequest):
+        client.select("tx-3", "alice", "USD", 5, strategy=Strategy("random", max_tokens=1))
+
+
+@pytest.mark.parametrize(
+    "code, raised", [("no_exact_match", NoExactMatch), ("max_tokens_exceeded", TooManyInputs)]
+)
+def test_strategy_refusals_come_back_as_the_cores_errors(api, client, code, raised):
+    api.script("/api/v1/selections/", error(409, code, "no set"))
+    with pytest.raises(raised) as caught:
+        client.select("tx-1", "alice", "USD", 5, strategy=Strategy("exact"))
+    assert (caught.value.status, caught.value.code, str(caught.value)) == (409, code, "no set")
 
 
 @pytest.mark.parametrize("base", ["{url}", "{url}/", "{url}/api/v1", "{url}/api/v1/"])

@@ -86,7 +86,12 @@ def test_recording_claims_are_recorded_by_the_completing_call_and_refused_once_t
         Claim("tx", key, 15, first.fence, held=(Candidate(1, 10),), record=True), [Candidate(2, 10)]
     )
 
-    assert second.record == {"tx_id": "tx", "fence": first.fence, "token_ids": [1, 2]}
+    assert second.record == {
+        "tx_id": "tx",
+        "fence": first.fence,
+        "token_ids": [1, 2],
+        "strategy": "random",
+    }
     with pytest.raises(ClaimRefused):
         store.try_lock(Claim("tx", key, 1, None, record=True), [Candidate(3, 10)])
     store.try_lock(claim("tx", 5), [Candidate(4, 10)])  # not recording: not refused

@@ -16,6 +16,8 @@ from common.serializers import SLOW, QuickSerializer, quick
 from locks.serializers import (
     MAX_EXTEND_SECONDS,
     MAX_WAIT_SECONDS,
+    ConsolidateSelectRequestSerializer,
+    ExactSelectRequestSerializer,
     ExtendSerializer,
     SelectRequestSerializer,
     SpendSerializer,
@@ -78,6 +80,20 @@ INTEGER = mostly([0, 1, 30], INTEGERS)
 OUTPUT = {"index": INTEGER, "wallet": NAME, "currency": NAME, "quantity": QUANTITY}
 SELECT = {"tx_id": NAME, "wallet": NAME, "currency": NAME, "quantity": QUANTITY}
 SELECT_WAIT = {**SELECT, "wait": INTEGER}
+STRATEGY = mostly(["random", "smallest_first", "fewest_tokens"], NAMES | st.just("exact"))
+SELECT_STRATEGY = {**SELECT, "strategy": STRATEGY}
+EXACT = {
+    **SELECT,
+    "strategy": mostly(["exact"], NAMES),
+    "max_change": mostly(["0", "3", 0, "00"], QUANTITIES),
+    "fallback": mostly([True, False], value()),
+}
+CONSOLIDATE = {
+    **SELECT,
+    "strategy": mostly(["consolidate"], NAMES),
+    "max_tokens": INTEGER,
+    "max_change": mostly(["0"], QUANTITIES),
+}
 ITEM = request_of(OUTPUT)
 OUTPUTS = st.lists(st.one_of(ITEM, ITEM, ITEM, value()), min_size=0, max_size=4)
 
@@ -90,7 +106,7 @@ def drf(cls: type[QuickSerializer], data: object) -> tuple[bool, object]:
 
 
 def assert_agrees(cls: type[QuickSerializer], data: object) -> object:
-    quick_value = quick(cls(), data)
+    quick_value = quick(cls(data=data), data)
     valid, validated = drf(cls, data)
     if quick_value is not SLOW:
         assert valid, (data, validated)
@@ -102,9 +118,21 @@ COMMON = settings(max_examples=400, deadline=None, suppress_health_check=[Health
 
 
 @COMMON
-@given(st.one_of(request_of(SELECT), request_of(SELECT_WAIT), value()))
+@given(st.one_of(request_of(SELECT), request_of(SELECT_WAIT), request_of(SELECT_STRATEGY), value()))
 def test_select_request(data):
     assert_agrees(SelectRequestSerializer, data)
+
+
+@COMMON
+@given(st.one_of(request_of(EXACT), value()))
+def test_exact_select_request(data):
+    assert_agrees(ExactSelectRequestSerializer, data)
+
+
+@COMMON
+@given(st.one_of(request_of(CONSOLIDATE), value()))
+def test_consolidate_select_request(data):
+    assert_agrees(ConsolidateSelectRequestSerializer, data)
 
 
 @COMMON
@@ -132,6 +160,14 @@ OUTPUT_ITEM = {"index": 0, "wallet": "bob", "currency": "USD", "quantity": "7"}
         (
             SelectRequestSerializer,
             {"tx_id": "t", "wallet": "w", "currency": "USD", "quantity": "5", "wait": 3},
+        ),
+        (
+            SelectRequestSerializer,
+            {"tx_id": "t", "wallet": "w", "currency": "USD", "quantity": "5", "strategy": "random"},
+        ),
+        (
+            ExactSelectRequestSerializer,
+            {"tx_id": "t", "wallet": "w", "currency": "USD", "quantity": "5", "strategy": "exact"},
         ),
         (SpendSerializer, {"outputs": [OUTPUT_ITEM, {**OUTPUT_ITEM, "index": 1}]}),
         (ExtendSerializer, {}),

@@ -49,9 +49,14 @@ def test_every_endpoint_is_documented(schema, path, method):
 
 def test_request_bodies_errors_and_the_key_scheme_are_documented(schema):
     select = schema["paths"]["/api/v1/selections/"]["post"]
-    assert select["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
-        "/SelectRequest"
-    )
+    body = select["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    assert body.endswith("/SelectRequestByStrategy")
+    shapes = schema["components"]["schemas"]["SelectRequestByStrategy"]["oneOf"]
+    assert [shape["$ref"].rsplit("/", 1)[1] for shape in shapes] == [
+        "SelectRequest",
+        "ExactSelectRequest",
+        "ConsolidateSelectRequest",
+    ]
     assert {"201", "200", "400", "401", "403", "409", "429"} <= set(select["responses"])
     assert "funds_locked" in select["responses"]["409"]["description"]
     spend = schema["paths"]["/api/v1/selections/{tx_id}/spend/"]["post"]
