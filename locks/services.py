@@ -342,6 +342,9 @@ def _durable() -> bool:
     return bool(settings.SHERDLOCK["DURABLE_LEASES"]) or connection.in_atomic_block
 
 
+_COLUMNS: dict[str, list[str]] = {}
+
+
 def _run(statement: str, params: dict[str, Any], may_fail: bool = False) -> dict[str, Any]:
     """Run one lifecycle statement; return its row by column name.
 
@@ -353,7 +356,9 @@ def _run(statement: str, params: dict[str, Any], may_fail: bool = False) -> dict
             cursor = db.execute(statement, params)
     else:
         cursor = db.execute(statement, params)
-    names = [column.name for column in cursor.description]
+    names = _COLUMNS.get(statement)
+    if names is None:  # a statement's columns never change; psycopg rebuilds them per access
+        names = _COLUMNS[statement] = [column.name for column in cursor.description]
     return dict(zip(names, cursor.fetchone(), strict=True))
 
 
