@@ -18,11 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from config import sql
+
 logger = logging.getLogger(__name__)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_DATA_DIR = BASE_DIR / ".data" / "postgres"
 DATABASE_NAME = "sherdlock"
+CREATE_DATABASE = sql.CREATE_DATABASE.format(name=DATABASE_NAME)
 SUPERUSER = "postgres"
 PORT = 5432
 # Tests start many replica processes; the stock 100 connections run out under a stress run.
@@ -201,11 +204,9 @@ def _create_database(server: EmbeddedServer) -> None:
                 raise
             time.sleep(0.1)
     with conn:
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE_NAME,)
-        ).fetchone()
+        exists = conn.execute(sql.DATABASE_EXISTS, (DATABASE_NAME,)).fetchone()
         if not exists:
-            conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+            conn.execute(CREATE_DATABASE)
 
 
 def stop(data_dir: Path = DEFAULT_DATA_DIR) -> bool:

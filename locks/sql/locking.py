@@ -10,8 +10,9 @@ it. Two rules keep them from deadlocking with each other, with spends and with r
   take over, or one committed after its snapshot) waits for that row, and an unlock or release
   deletes several rows; both go through them in ascending token id.
 
-Statements are composed from the fragments below with ``str.format`` only, once, at import.
-Parameters are typed in the SQL, so one prepared statement serves every call.
+Statements are composed from the fragments below with ``str.format`` only, once, at import
+(see ``locks.sql``). Parameters are typed in the SQL, so one prepared statement serves every
+call.
 """
 
 from __future__ import annotations
@@ -118,13 +119,13 @@ recorded AS (
 ),"""
 
 # What the statement returns: one row. Granted tokens (with their identity, for responses),
-# whether the gate was open and what was recorded; the fetch adds its own columns.
+# whether the gate was open and what was recorded; the fetch adds its own columns first.
 RESULT = """
 SELECT (SELECT value FROM fence) AS fence,
        (SELECT array_agg(id ORDER BY id) FROM won) AS granted_ids,
        (SELECT array_agg(quantity ORDER BY id) FROM won) AS granted_quantities,
        (SELECT min(expires_at) FROM won) AS expires_at,
-       {extra}"""
+       {fetched}{outcome}"""
 RESULT_PLAIN = "true AS open, NULL::bigint AS recorded_id, NULL AS recorded_at, NULL AS tokens"
 RESULT_RECORDED = """{open} AS open,
        (SELECT id FROM recorded) AS recorded_id,
@@ -225,23 +226,30 @@ class LockStatement:
     durable: bool  # commit synchronously
 
 
+# A locking statement: its CTEs in this order (a variant leaves out the ones it does without),
+# the last one's comma dropped, then the result row.
+LOCK = "WITH{ctes}\n{result}"
+LOCK_CTES = "{commit_mode}{fence}{gate}{choice}{wanted}{granted}{recorded}"
+
+
 def _compose(variant: LockStatement) -> str:
     """Assemble one locking statement from the fragments."""
-    gated = f"\n      AND {OPEN}" if variant.record else ""
+    gated = "\n      AND {open}".format(open=OPEN) if variant.record else ""
     fill = {"unspent_of_key": UNSPENT_OF_KEY, "free": FREE, "gated": gated, "open": OPEN}
-    ctes = ("" if variant.durable else ASYNC_COMMIT) + FENCE.format(
-        after="" if variant.durable else AFTER_COMMIT_MODE
+    ctes = LOCK_CTES.format(
+        commit_mode="" if variant.durable else ASYNC_COMMIT,
+        fence=FENCE.format(after="" if variant.durable else AFTER_COMMIT_MODE),
+        gate=GATE if variant.record else "",
+        choice=(FETCH_CHOICE if variant.fetch else TRY_LOCK_CHOICE).format(**fill),
+        wanted=WANTED.format(**fill),
+        granted=GRANTED,
+        recorded=RECORDED if variant.record else "",
     )
-    if variant.record:
-        ctes += GATE
-    ctes += (FETCH_CHOICE if variant.fetch else TRY_LOCK_CHOICE).format(**fill)
-    ctes += WANTED.format(**fill) + GRANTED
-    if variant.record:
-        ctes += RECORDED
-    extra = (FETCH_EXTRA.format(**fill) if variant.fetch else "") + (
-        RESULT_RECORDED.format(**fill) if variant.record else RESULT_PLAIN
+    result = RESULT.format(
+        fetched=FETCH_EXTRA.format(**fill) if variant.fetch else "",
+        outcome=RESULT_RECORDED.format(**fill) if variant.record else RESULT_PLAIN,
     )
-    return "WITH" + ctes.rstrip(",") + "\n" + RESULT.format(extra=extra)
+    return LOCK.format(ctes=ctes.rstrip(","), result=result)
 
 
 def _variants() -> Iterator[LockStatement]:
