@@ -20,9 +20,10 @@ import weakref
 from typing import Any
 
 import psycopg
-from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from psycopg.types.numeric import Int8Dumper
+
+from common.knobs import knobs
 
 _cursors: weakref.WeakKeyDictionary[psycopg.Connection, psycopg.RawCursor] = (
     weakref.WeakKeyDictionary()
@@ -49,7 +50,7 @@ def native(statement: str) -> tuple[str, tuple[str, ...]]:
 
 def prepare_threshold() -> int | None:
     """Return after how many runs a statement is prepared (None: never; behind a pooler)."""
-    return settings.SHERDLOCK["PREPARE_THRESHOLD"]
+    return knobs().prepare_threshold
 
 
 def cursor(using: str = DEFAULT_DB_ALIAS, threshold: int | None = -1) -> psycopg.RawCursor:

@@ -19,12 +19,12 @@ import time
 from collections.abc import Callable
 
 import psycopg
-from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, Error, connections
 from django.db.models.functions import Now
 
 from clients.throttling import prune_idle
 from common import sessions
+from common.knobs import knobs
 from locks.metrics import HOUSEKEEPING_DELETED, HOUSEKEEPING_LAST_RUN
 from locks.models import HousekeepingRun
 from locks.sql import housekeeping as sql
@@ -125,7 +125,7 @@ def _in_batches(
 
 
 def _prune_history(connection, batch_size: int, max_batches: int) -> None:
-    days = float(settings.SHERDLOCK["HOUSEKEEPING_HISTORY_DAYS"])
+    days = knobs().housekeeping_history_days
     for statement in (sql.PRUNE_RUNS, sql.PRUNE_FAILED_SELECTIONS):
         for _ in range(max_batches):
             with connection.cursor() as cursor:
@@ -135,10 +135,10 @@ def _prune_history(connection, batch_size: int, max_batches: int) -> None:
 
 
 def _settings(batch_size, max_batches, grace_seconds) -> tuple[int, int, float]:
-    options = settings.SHERDLOCK
-    batch_size = int(options["HOUSEKEEPING_BATCH_SIZE"] if batch_size is None else batch_size)
-    max_batches = int(options["HOUSEKEEPING_MAX_BATCHES"] if max_batches is None else max_batches)
-    grace = float(options["HOUSEKEEPING_GRACE_SECONDS"] if grace_seconds is None else grace_seconds)
+    options = knobs()
+    batch_size = int(options.housekeeping_batch_size if batch_size is None else batch_size)
+    max_batches = int(options.housekeeping_max_batches if max_batches is None else max_batches)
+    grace = float(options.housekeeping_grace_seconds if grace_seconds is None else grace_seconds)
     if batch_size < 1 or max_batches < 1:
         raise ValueError("batch_size and max_batches must be positive")
     if grace < 0:
@@ -159,7 +159,7 @@ def run_housekeeping(
     Each kind is removed by at most ``max_batches`` statements of at most ``batch_size`` rows,
     each its own short transaction when called outside ``transaction.atomic`` (as the task and
     the command do); a backlog is finished by the next passes. Unset arguments come from
-    ``settings.SHERDLOCK``. If another housekeeper holds the guard, record a skipped run and
+    the knobs (``common.knobs``). If another housekeeper holds the guard, record a skipped run and
     return at once. ``progress(kind, removed)`` is called after every batch.
     """
     batch_size, max_batches, grace = _settings(batch_size, max_batches, grace_seconds)

@@ -10,9 +10,9 @@ them in line with the setting (``sync``); ``manage.py cache_notifications on|off
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
+from common.knobs import knobs
 from locks.sql import notifications as sql
 
 
@@ -38,8 +38,8 @@ def uninstall(using: str = DEFAULT_DB_ALIAS) -> None:
 
 
 def sync(using: str = DEFAULT_DB_ALIAS) -> bool:
-    """Install the triggers if replicas listen (``SHERDLOCK["LISTEN"]``), else remove them."""
-    wanted = bool(settings.SHERDLOCK["LISTEN"])
+    """Install the triggers if replicas listen (the ``LISTEN`` knob), else remove them."""
+    wanted = knobs().listen
     if wanted != installed(using):
         (install if wanted else uninstall)(using)
     return wanted

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
 from common import db
+from common.knobs import knobs
 from locks import metrics, waiting
 from locks.errors import (
     AlreadySpent,
@@ -320,11 +320,11 @@ def extend_selection(
     wallets: Sequence[str] | None = None,
 ) -> Outcome:
     """Renew the lease of every lock of the selection, capped at its maximum lifetime."""
-    options = settings.SHERDLOCK
+    options = knobs()
     params = _params(namespace, tx_id, wallets)
     params.update(
-        seconds=float(seconds if seconds is not None else options["LEASE_SECONDS"]),
-        max_lease=float(options["MAX_LEASE_SECONDS"]),
+        seconds=float(seconds if seconds is not None else options.lease_seconds),
+        max_lease=options.max_lease_seconds,
     )
     row = _run(lifecycle.EXTEND_STATEMENTS[_durable()], params)
     verdict, selection, tokens = _selection(row, namespace, tx_id)
@@ -351,7 +351,7 @@ def _params(namespace: str, tx_id: str, wallets: Sequence[str] | None) -> dict[s
 
 def _durable() -> bool:
     # Inside a caller's transaction the statement's commit is the caller's: leave it alone.
-    return bool(settings.SHERDLOCK["DURABLE_LEASES"]) or connection.in_atomic_block
+    return knobs().durable_leases or connection.in_atomic_block
 
 
 def _run(statement: str, params: dict[str, Any], may_fail: bool = False) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import psycopg
 from psycopg import sql as pgsql
 
 from common import db
+from common.knobs import knobs
 from locks.listener import django_connect
 from locks.sql import waiting as queries
 from sherdlock import WalletKey
@@ -197,9 +198,7 @@ def queues() -> Queues:
     """Return this process's queues (each process, forked or not, has its own)."""
     global _queues
     if _queues is None:
-        from django.conf import settings
-
-        _queues = Queues(int(settings.SHERDLOCK["WAIT_SLOTS"]))
+        _queues = Queues(knobs().wait_slots)
     return _queues
 
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.conf import settings
 from django.db import connection
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.db.models.functions import Now
@@ -21,6 +20,7 @@ from django.utils import timezone
 
 from clients.models import ApiKey
 from clients.throttling import BucketState, bucket_states
+from common.knobs import knobs
 from locks.models import FailedSelection, Selection, TokenLock
 from locks.sql.wallet import BALANCES
 
@@ -132,8 +132,7 @@ def live_selections(wallet: str) -> Listed:
     MAX_LEASE_SECONDS (extensions are capped at the latter), so only selections made within
     that window are read, through the created_at index, however long the wallet's history.
     """
-    options = settings.SHERDLOCK
-    window = timedelta(seconds=max(options["LEASE_SECONDS"], options["MAX_LEASE_SECONDS"]))
+    window = timedelta(seconds=max(knobs().lease_seconds, knobs().max_lease_seconds))
     return listed(
         Selection.objects.filter(
             wallet=wallet,

@@ -12,7 +12,7 @@ class Command(DatabaseCommand):
     help = (
         "Remove expired locks, the locks of spent tokens and idle rate-limit buckets once, "
         "in batches (what the 'Lock housekeeping' periodic task does). Defaults come from "
-        "settings.SHERDLOCK."
+        "the SHERDLOCK_HOUSEKEEPING_* settings."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
