@@ -11,6 +11,7 @@ import re
 
 from django.core.paginator import Paginator
 from django.db import connections
+from django.db.models import QuerySet
 from django.utils.functional import cached_property
 from rest_framework import pagination
 from rest_framework.exceptions import NotFound, ValidationError
@@ -114,7 +115,7 @@ class EstimatedCountPaginator(Paginator):
     @cached_property
     def count(self) -> int:
         queryset = self.object_list
-        if not hasattr(queryset, "query"):
+        if not isinstance(queryset, QuerySet):
             return super().count
         if not queryset.query.where:
             estimate = table_estimate(queryset)

@@ -13,6 +13,7 @@ embedded server): it only reads the environment, checks it and says where things
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -55,7 +56,11 @@ def database_pooling(value: str | None) -> str:
     return mode
 
 
-def _postgres(name: str, url: str) -> dict[str, object]:
+# A DATABASES entry: a setting of each type Django knows (strings, numbers, dicts of options).
+DatabaseEntry = dict[str, Any]
+
+
+def _postgres(name: str, url: str) -> DatabaseEntry:
     config = dj_database_url.parse(url)
     if config["ENGINE"] != "django.db.backends.postgresql":
         raise ImproperlyConfigured(
@@ -63,10 +68,10 @@ def _postgres(name: str, url: str) -> dict[str, object]:
             "(SQLite has no SKIP LOCKED, sequences or concurrent writers). Unset DATABASE_URL "
             "to use the embedded PostgreSQL server."
         )
-    return config
+    return dict(config)
 
 
-def database_settings(url: str | None, pooling: str = SESSION_POOLING) -> dict[str, object]:
+def database_settings(url: str | None, pooling: str = SESSION_POOLING) -> DatabaseEntry:
     """Return the default database entry; only PostgreSQL is supported."""
     # Connections outlive requests: opening one costs more than most requests, and the hot
     # statements are prepared per connection. A broken one is noticed by the health check.

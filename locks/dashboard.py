@@ -150,7 +150,9 @@ def outcomes_per_minute(now: datetime) -> list[MinuteOutcomes]:
     """Return successful and failed selections per minute over the last WINDOW, oldest first."""
     end = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
     start = end - WINDOW
-    minutes = {start + timedelta(minutes=i): {} for i in range(int(WINDOW.total_seconds()) // 60)}
+    minutes: dict[datetime, dict[str, int]] = {
+        start + timedelta(minutes=i): {} for i in range(int(WINDOW.total_seconds()) // 60)
+    }
     # COUNT(*), not COUNT(id): with nothing but created_at read, the selection_recent index
     # answers alone (an index-only scan) wherever the visibility map allows.
     successes = (

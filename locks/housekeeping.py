@@ -23,7 +23,7 @@ from django.db import DEFAULT_DB_ALIAS, Error, connections
 from django.db.models.functions import Now
 
 from clients.throttling import prune_idle
-from common import sessions
+from common import db, sessions
 from common.knobs import knobs
 from locks.metrics import HOUSEKEEPING_DELETED, HOUSEKEEPING_LAST_RUN
 from locks.models import HousekeepingRun
@@ -65,7 +65,7 @@ def _try_guard(connection) -> Callable[[], None] | None:
     if sessions.transaction_pooled():
         session = sessions.connect(connection.alias, application_name=GUARD_APPLICATION_NAME)
         try:
-            taken = session.execute(sql.TRY_GUARD, [GUARD_KEY]).fetchone()[0]
+            taken = db.one(session.execute(sql.TRY_GUARD, [GUARD_KEY]))[0]
         except BaseException:
             session.close()
             raise

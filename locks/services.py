@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -123,6 +124,8 @@ def _select_once(
         return _repeat(namespace, tx_id, key.wallet, key.currency, quantity), False, None
     record = picked.record
     assert isinstance(record, RecordedSelection)
+    # The PostgreSQL store stamps leases with the database clock.
+    assert isinstance(picked.expires_at, datetime)
     wallet, currency = key.wallet, key.currency
     selection = Selection(
         id=record.id,
@@ -341,7 +344,7 @@ def extend_selection(
     return Outcome(selection, tokens)
 
 
-def _params(namespace: str, tx_id: str, wallets: Sequence[str] | None) -> dict[str, Any]:
+def _params(namespace: str | None, tx_id: str, wallets: Sequence[str] | None) -> dict[str, Any]:
     return {
         "namespace": namespace,
         "tx_id": tx_id,
@@ -365,8 +368,9 @@ def _run(statement: str, params: dict[str, Any], may_fail: bool = False) -> dict
             cursor = db.execute(statement, params)
     else:
         cursor = db.execute(statement, params)
-    names = [column.name for column in cursor.description]
-    return dict(zip(names, cursor.fetchone(), strict=True))
+    row = db.one(cursor)
+    names = [column.name for column in cursor.description or ()]  # set: a row came back
+    return dict(zip(names, row, strict=True))
 
 
 def _selection(

@@ -140,7 +140,7 @@ class PostgresTokenStore:
                 "tx_id": tx_id,
             },
         )
-        unspent, locked = cursor.fetchone()
+        unspent, locked = db.one(cursor)
         return Supply(unspent=int(unspent), locked_by_others=int(locked))
 
     # -- internals -----------------------------------------------------------------------
@@ -167,7 +167,7 @@ class PostgresTokenStore:
                 }
             )
         variant = locking.LockStatement(fetch=fetch, record=claim.record, durable=self._durable())
-        return self._execute(locking.LOCK_STATEMENTS[variant], params).fetchone()
+        return db.one(self._execute(locking.LOCK_STATEMENTS[variant], params))
 
     def _durable(self) -> bool:
         # Inside a caller's transaction the statement's commit is the caller's: leave its
@@ -188,6 +188,8 @@ class PostgresTokenStore:
         tokens: list | None,
     ) -> RecordedSelection | None:
         if recorded_id is not None:
+            # RESULT_RECORDED stamps and lists the selection whenever it wrote one.
+            assert recorded_at is not None and tokens is not None
             return RecordedSelection(
                 id=recorded_id,
                 created_at=recorded_at,

@@ -106,11 +106,11 @@ class IdentifierField(serializers.CharField):
     }
 
     def __init__(self, path: bool = False, **kwargs) -> None:
-        kwargs.setdefault("max_length", ID_MAX_LENGTH)
+        max_length = kwargs.setdefault("max_length", ID_MAX_LENGTH)
         kwargs.setdefault("trim_whitespace", False)
         super().__init__(**kwargs)
         self.path = path
-        set_override(self, "field", identifier_schema(self.max_length, path=path))
+        set_override(self, "field", identifier_schema(max_length, path=path))
 
     def to_internal_value(self, data: object) -> str:
         if not isinstance(data, str):

@@ -13,7 +13,7 @@ from decimal import Decimal
 from django.db import connection, transaction
 
 from tokens import sql
-from tokens.models import CurrencySupply
+from tokens.models import CurrencySupply, Token
 
 
 def add(deltas: Mapping[str, Decimal | int]) -> None:
@@ -30,7 +30,7 @@ def add(deltas: Mapping[str, Decimal | int]) -> None:
                 cursor.execute(statement, [currencies, [wanted[c] for c in currencies]])
 
 
-def unspent_by_currency(tokens: Iterable[object]) -> dict[str, Decimal]:
+def unspent_by_currency(tokens: Iterable[Token]) -> dict[str, Decimal]:
     """Sum the quantities of the unspent ones among ``tokens`` per currency."""
     totals: dict[str, Decimal] = defaultdict(Decimal)
     for token in tokens:

@@ -54,6 +54,7 @@ class Command(DatabaseCommand):
                 )
             )
             return
+        assert run.finished_at is not None  # a pass that returns has finished; a failed one raised
         seconds = (run.finished_at - run.started_at).total_seconds()
         self.stdout.write(
             self.style.SUCCESS(
