@@ -1,7 +1,7 @@
 """Housekeeping's statements: remove dead lock rows, settle expired selections, prune history.
 
-Every statement is bounded (``%(limit)s`` rows) and runs as its own short transaction; see
-``locks.housekeeping`` for the pass that runs them. Composed with ``str.format`` at import.
+Every delete and update is bounded (``%(limit)s`` rows) and runs as its own short transaction;
+see ``locks.housekeeping`` for the pass that runs them. Composed with ``str.format`` at import.
 """
 
 from __future__ import annotations
