@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-BASE_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_NAME = "sherdlock_bench"
 
 # Every table a run writes to; CASCADE would reach the same ones through foreign keys.
@@ -85,8 +83,7 @@ def locate(name: str = DEFAULT_NAME) -> tuple[str, object | None]:
         return renamed(url, name), None
     from config import embedded_db
 
-    data_dir = Path(os.environ.get("SHERDLOCK_DATA_DIR", BASE_DIR / ".data"))
-    server = embedded_db.ensure_running(data_dir / "postgres")
+    server = embedded_db.ensure_running(embedded_db.DEFAULT_DATA_DIR)
     return server.url(name), server
 
 
@@ -104,6 +101,9 @@ def django_on(name: str = DEFAULT_NAME, log_level: str = "WARNING"):
         os.environ.setdefault("LOG_LEVEL", log_level)
         import django
 
+        from config import local
+
+        local.prepare()  # the static root; the server runs already
         django.setup()
         migrate()
         yield url

@@ -39,13 +39,14 @@ PREFIX = "explain-"
 CURRENCY = "USD"
 # Where the statements live: every module-level string constant of these modules is a name a
 # statement can be reported by.
-STATEMENT_MODULES = (
-    "locks.sql.locking",
-    "locks.sql.lifecycle",
-    "locks.sql.waiting",
-    "locks.housekeeping",
-    "clients.throttling",
-)
+# The modules whose statements are named in the report, and the prefix of those names.
+STATEMENT_MODULES = {
+    "locks.sql.locking": "locking",
+    "locks.sql.lifecycle": "lifecycle",
+    "locks.sql.waiting": "waiting",
+    "locks.sql.housekeeping": "housekeeping",
+    "clients.sql": "clients.sql",
+}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -79,18 +80,15 @@ def statement_names() -> dict[str, str]:
     from common import db
 
     names: dict[str, str] = {}
-    for module_name in STATEMENT_MODULES:
+    for module_name, prefix in STATEMENT_MODULES.items():
         module = importlib.import_module(module_name)
         for name, value in vars(module).items():
             if isinstance(value, str) and name.isupper() and "SELECT" in value.upper():
-                names[_normal(db.native(value)[0])] = f"{module_name.rsplit('.', 1)[-1]}.{name}"
+                names[_normal(db.native(value)[0])] = f"{prefix}.{name}"
         for name, value in vars(module).items():  # statement tables (dicts/tuples of them)
             for index, item in _items(value):
                 if isinstance(item, str) and "SELECT" in item.upper():
-                    names.setdefault(
-                        _normal(db.native(item)[0]),
-                        f"{module_name.rsplit('.', 1)[-1]}.{name}[{index}]",
-                    )
+                    names.setdefault(_normal(db.native(item)[0]), f"{prefix}.{name}[{index}]")
     return names
 
 

@@ -121,11 +121,11 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def run(args, harness, say) -> dict:
     """Measure the three points; return them with the housekeeper's passes and the ratios."""
-    from django.conf import settings
+    from common.knobs import knobs
 
     wallets, per_wallet, expired = args.housekeeping
     replicas = args.housekeeping_replicas
-    lease = float(settings.SHERDLOCK["LEASE_SECONDS"])
+    lease = knobs().lease_seconds
     workload = large(wallets, per_wallet, spend_ratio=args.spend_ratio, hold=args.hold)
     started = time.monotonic()
     say(f"seeding {workload.title} in the database")

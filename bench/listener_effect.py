@@ -157,8 +157,7 @@ def database_url(name: str) -> str:
     if not url:
         from config import embedded_db
 
-        data_dir = Path(os.environ.get("SHERDLOCK_DATA_DIR", ROOT / ".data"))
-        return embedded_db.ensure_running(data_dir / "postgres").url(name)
+        return embedded_db.ensure_running(embedded_db.DEFAULT_DATA_DIR).url(name)
     return urlunsplit(urlsplit(url)._replace(path="/" + name))
 
 
@@ -325,7 +324,7 @@ def measure(args: argparse.Namespace) -> dict:
     """Run both modes `args.runs` times each, alternating; return the summary and raw runs."""
     url = database_url(args.database)
     prepare(url)
-    from django.conf import settings
+    from common.knobs import knobs
 
     runs = []
     for run in range(args.runs):
@@ -338,7 +337,7 @@ def measure(args: argparse.Namespace) -> dict:
     summary = {
         mode: summarize([r for r in runs if r["mode"] == mode], args.processes) for mode in MODES
     }
-    options = settings.SHERDLOCK
+    options = knobs()
     return {
         "benchmark": "listener_effect",
         "config": {
@@ -350,9 +349,9 @@ def measure(args: argparse.Namespace) -> dict:
             "hold_max_s": args.hold,
             "spend_ratio": args.spend_ratio,
             "runs_per_mode": args.runs,
-            "fetch_limit": options["FETCH_LIMIT"],
-            "cache_ttl_off": options["CACHE_TTL"],
-            "cache_ttl_on": options.get("CACHE_TTL_LISTENING"),
+            "fetch_limit": options.fetch_limit,
+            "cache_ttl_off": options.cache_ttl,
+            "cache_ttl_on": options.cache_ttl_listening,
         },
         "summary": summary,
         "runs": [

@@ -124,20 +124,20 @@ class Harness:
         return point
 
     def _floor(self, workload: Workload, replicas: int, duration: float) -> dict:
-        from django.conf import settings
         from django.db import connection
 
         from bench import verify
         from bench.strategies import floor
+        from common.knobs import knobs
 
-        options = settings.SHERDLOCK
+        options = knobs()
         result = floor.run(
             workload,
             replicas,
             duration,
             connection.settings_dict,
-            int(options["FETCH_LIMIT"]),
-            float(options["LEASE_SECONDS"]),
+            options.fetch_limit,
+            options.lease_seconds,
         )
         latencies, elapsed = result["latencies"], result["elapsed"]
         return {

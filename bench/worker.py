@@ -149,10 +149,10 @@ def serve(conn) -> None:  # pragma: no cover - runs in the replica process
     import django
 
     django.setup()
-    from django.conf import settings
     from django.db import connection
 
     from bench.strategies import build
+    from common.knobs import knobs
 
     conn.send(("booted", None))
     while (task := conn.recv()) is not None:
@@ -168,7 +168,7 @@ def serve(conn) -> None:  # pragma: no cover - runs in the replica process
                     "ready",
                     {
                         "listening": getattr(strategy, "listening", None),
-                        "settings": dict(settings.SHERDLOCK),
+                        "settings": knobs().setting(),
                     },
                 )
             )

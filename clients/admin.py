@@ -14,15 +14,17 @@ if admin.site.is_registered(APIKey):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(APIKeyModelAdmin):
-    list_display = [
+    # APIKeyModelAdmin leaves these unannotated, so the type checker takes its tuples for their
+    # exact length; Django's admin takes any sequence.
+    list_display = [  # type: ignore[assignment]
         *APIKeyModelAdmin.list_display,
         "wallet_scope",
         "can_issue",
         "can_select",
         "can_read",
     ]
-    list_filter = ["created", "revoked", "all_wallets", "can_issue", "can_select", "can_read"]
-    search_fields = ["name", "prefix", "wallets"]
+    list_filter = ["created", "revoked", "all_wallets", "can_issue", "can_select", "can_read"]  # type: ignore[assignment]
+    search_fields = ["name", "prefix", "wallets"]  # type: ignore[assignment]
     fieldsets = [
         (None, {"fields": ["name", "prefix", "expiry_date", "revoked"]}),
         ("Scope", {"fields": ["all_wallets", "wallets"]}),

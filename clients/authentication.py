@@ -11,13 +11,13 @@ import threading
 import time
 from collections import OrderedDict
 
-from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 from rest_framework_api_key.permissions import KeyParser
 
 from clients.models import ApiKey
+from common.knobs import knobs
 
 MAX_KEY_LENGTH = 200
 MAX_CACHED_KEYS = 10_000
@@ -33,7 +33,7 @@ class KeyCache:
 
     def get(self, prefix: str) -> ApiKey | None:
         """Return the usable key with this prefix, from the cache while it is fresh."""
-        ttl = float(settings.SHERDLOCK["API_KEY_CACHE_SECONDS"])
+        ttl = knobs().api_key_cache_seconds
         now = self._clock()
         with self._lock:
             entry = self._keys.get(prefix)

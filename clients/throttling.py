@@ -7,11 +7,11 @@ every ``period / capacity`` seconds instead of waiting for a window to reset::
     remaining = min(capacity, capacity - used + capacity * (now - updated_at) / period)
 
 A selection is limited per API key and per wallet; both buckets are checked and taken in one
-statement on the database clock, so concurrent requests on any replica (and replicas with
-skewed clocks) never overspend a bucket. A request refused by one limit still counts against
-the other (it was attempted). A busy bucket is split into shards, each holding an equal share of
-the rate, and a request draws one shard at random: a hot wallet's selections then update
-several rows instead of queueing on one.
+statement on the database clock (``clients.sql.CONSUME``), so concurrent requests on any
+replica (and replicas with skewed clocks) never overspend a bucket. A request refused by one
+limit still counts against the other (it was attempted). A busy bucket is split into shards,
+each holding an equal share of the rate, and a request draws one shard at random: a hot
+wallet's selections then update several rows instead of queueing on one.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from rest_framework.throttling import BaseThrottle
 
+from clients import sql
 from clients.permissions import api_key
 from common import db
 from common.rules import is_identifier
-from common.sql import ASYNC_COMMIT
 
 _RATE = re.compile(r"(?P<count>[0-9]+)\s*/\s*(?P<period>[0-9]*\.?[0-9]+)?\s*(?P<unit>[smhd]?)")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -38,77 +38,6 @@ _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 # small limit (a few per minute) stays one exact bucket.
 SHARD_CAPACITY = 50
 MAX_SHARDS = 8
-
-# Decay what each bucket used since its last update, then take one unit where a whole one is
-# left. The WHERE of DO UPDATE leaves a refusing bucket untouched; its state as the statement
-# found it tells how long until a unit is back. Rows are taken in key order, so two requests
-# sharing both buckets never deadlock. Each row carries its own capacity and period (the
-# pruning in housekeeping reads them). A counter, not a ledger: committed asynchronously.
-DECAYED = """GREATEST(0, {row}.used - {rate}.capacity
-                             * EXTRACT(EPOCH FROM statement_timestamp() - {row}.updated_at)
-                             / {rate}.period)"""
-CONSUME_TEMPLATE = """
-WITH{commit}
-asked AS MATERIALIZED (
-    SELECT key, capacity, period
-    FROM unnest(%(keys)s::text[], %(capacities)s::float8[], %(periods)s::float8[])
-         AS a(key, capacity, period){after}
-),
-taken AS (
-    INSERT INTO clients_ratebucket AS b (key, used, updated_at, capacity, period)
-    SELECT key, 1, statement_timestamp(), capacity, period FROM asked ORDER BY key
-    ON CONFLICT (key) DO UPDATE
-        SET used = {decayed_excluded} + 1, updated_at = statement_timestamp(),
-            capacity = EXCLUDED.capacity, period = EXCLUDED.period
-        WHERE {decayed_excluded} + 1 <= EXCLUDED.capacity
-    RETURNING b.key
-)
-SELECT a.key, t.key IS NOT NULL AS allowed, a.capacity, a.period,
-       CASE WHEN t.key IS NULL THEN {decayed_found} END AS used
-FROM asked a
-LEFT JOIN taken t ON t.key = a.key
-LEFT JOIN clients_ratebucket b ON b.key = a.key
-"""
-# Inside a caller's transaction (tests) the statement leaves the commit mode alone.
-CONSUME = {
-    durable: CONSUME_TEMPLATE.format(
-        commit="" if durable else ASYNC_COMMIT,
-        after="" if durable else ", commit_mode",
-        decayed_excluded=DECAYED.format(row="b", rate="EXCLUDED"),
-        decayed_found=DECAYED.format(row="b", rate="a"),
-    )
-    for durable in (False, True)
-}
-
-
-# Delete up to %(limit)s buckets untouched for at least their own period. Such a bucket has
-# replenished completely (``remaining`` reaches ``capacity`` after one period, whatever ``used``
-# was), so it means exactly what no row means: the next CONSUME inserts a fresh row with one unit
-# used. Deleting it loses nothing and keeps the table at one row per recently active key and
-# wallet shard instead of one per key and wallet ever seen. There is no index on updated_at (one
-# would slow every CONSUME), so a batch reads the table until it has found its rows. SKIP LOCKED
-# passes over buckets being consumed right now, and the repeated predicate keeps a bucket
-# touched after it was picked. The batch is drawn once into an array: an ``IN (subquery)`` the
-# planner rescans would draw a new batch per rescan (see locks.housekeeping).
-PRUNE_IDLE = """
-DELETE FROM clients_ratebucket
-WHERE key = ANY(ARRAY(
-    SELECT key FROM clients_ratebucket
-    WHERE updated_at <= statement_timestamp() - period * interval '1 second'
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-))
-AND updated_at <= statement_timestamp() - period * interval '1 second'
-"""
-
-# The buckets (every shard) of the logical keys asked for, and the database clock, which
-# stamped them.
-READ_BUCKETS = """
-SELECT split_part(b.key, '#', 1), b.used, b.capacity, b.period, b.updated_at,
-       statement_timestamp()
-FROM clients_ratebucket b
-WHERE split_part(b.key, '#', 1) = ANY(%s)
-"""
 
 
 @dataclass(frozen=True)
@@ -152,7 +81,7 @@ def configured_rates() -> dict[str, Rate]:
 def prune_idle(limit: int, using: str = DEFAULT_DB_ALIAS) -> int:
     """Delete up to ``limit`` buckets that have been full for a while; return how many."""
     with connections[using].cursor() as cursor:
-        cursor.execute(PRUNE_IDLE, {"limit": limit})
+        cursor.execute(sql.PRUNE_IDLE, {"limit": limit})
         return cursor.rowcount
 
 
@@ -178,7 +107,7 @@ def bucket_states(keys: list[str]) -> dict[str, BucketState]:
     if not wanted:
         return {}
     with connection.cursor() as cursor:
-        cursor.execute(READ_BUCKETS, [list(wanted)])
+        cursor.execute(sql.READ_BUCKETS, [list(wanted)])
         rows = cursor.fetchall()
     states = {}
     for key, rate in wanted.items():
@@ -216,7 +145,7 @@ def consume(buckets: dict[str, Rate], rng: random.Random | None = None) -> tuple
         keys.append(f"{name}#{draw(shards)}" if shards > 1 else name)
         capacities.append(rate.count / shards)
         periods.append(rate.period)
-    statement = CONSUME[connection.in_atomic_block]
+    statement = sql.CONSUME[connection.in_atomic_block]
     cursor = db.execute(statement, {"keys": keys, "capacities": capacities, "periods": periods})
     wait = 0.0
     allowed = True

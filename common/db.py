@@ -20,9 +20,10 @@ import weakref
 from typing import Any
 
 import psycopg
-from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from psycopg.types.numeric import Int8Dumper
+
+from common.knobs import knobs
 
 _cursors: weakref.WeakKeyDictionary[psycopg.Connection, psycopg.RawCursor] = (
     weakref.WeakKeyDictionary()
@@ -49,7 +50,7 @@ def native(statement: str) -> tuple[str, tuple[str, ...]]:
 
 def prepare_threshold() -> int | None:
     """Return after how many runs a statement is prepared (None: never; behind a pooler)."""
-    return settings.SHERDLOCK["PREPARE_THRESHOLD"]
+    return knobs().prepare_threshold
 
 
 def cursor(using: str = DEFAULT_DB_ALIAS, threshold: int | None = -1) -> psycopg.RawCursor:
@@ -64,12 +65,13 @@ def cursor(using: str = DEFAULT_DB_ALIAS, threshold: int | None = -1) -> psycopg
     """
     connection = connections[using]
     raw = connection.connection
-    if raw is not None and not connection.health_check_done:
+    # health_check_done is set by BaseDatabaseWrapper.__init__; django-stubs does not declare it.
+    if raw is not None and not connection.health_check_done:  # type: ignore[attr-defined]
         if raw.closed or raw.broken:
             connection.close()
         elif _spoken_to(raw):
             connection.close_if_health_check_failed()
-        connection.health_check_done = True
+        connection.health_check_done = True  # type: ignore[attr-defined]
     connection.ensure_connection()
     raw = connection.connection
     found = _cursors.get(raw)
@@ -103,10 +105,19 @@ def execute(
     connection = connections[using]
     raw_cursor = cursor(using, threshold)
     text, names = native(statement)
+    # Django wraps the driver's own cursor here; django-stubs types the argument as a wrapper.
     wrapper = (
-        connection.make_debug_cursor(raw_cursor)
+        connection.make_debug_cursor(raw_cursor)  # type: ignore[arg-type]
         if connection.queries_logged
-        else connection.make_cursor(raw_cursor)
+        else connection.make_cursor(raw_cursor)  # type: ignore[arg-type]
     )
     wrapper.execute(text, [params[name] for name in names])
     return raw_cursor
+
+
+def one(cursor: psycopg.Cursor[Any]) -> tuple[Any, ...]:
+    """Return the row of a statement that always answers exactly one (it aggregates)."""
+    row = cursor.fetchone()
+    if row is None:
+        raise RuntimeError("a statement that always answers one row answered none")
+    return row

@@ -15,7 +15,9 @@ class ErrorSerializer(serializers.Serializer):
 
     code = serializers.CharField(help_text="Stable snake_case error code.")
     detail = serializers.CharField(help_text="Human-readable explanation.")
-    fields = serializers.DictField(
+    # DRF's metaclass moves declared fields off the class, so this does not shadow
+    # Serializer.fields; django-stubs sees only the class attribute.
+    fields = serializers.DictField(  # type: ignore[assignment]
         child=serializers.ListField(child=serializers.CharField()),
         help_text="Validation messages by field path; empty for other errors.",
     )

@@ -11,11 +11,13 @@ import re
 
 from django.core.paginator import Paginator
 from django.db import connections
+from django.db.models import QuerySet
 from django.utils.functional import cached_property
 from rest_framework import pagination
 from rest_framework.exceptions import NotFound, ValidationError
 
 from common.filters import query_param
+from common.sql import TABLE_ESTIMATE
 
 MAX_PAGE_SIZE = 1000
 MAX_POSITION = 2**63 - 1  # ids are PostgreSQL bigints
@@ -89,10 +91,7 @@ EXACT_BELOW = 10_000
 def table_estimate(queryset) -> int:
     """Return the planner's row estimate for the queryset's table (-1 if never analysed)."""
     with connections[queryset.db].cursor() as cursor:
-        cursor.execute(
-            "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-            [queryset.model._meta.db_table],
-        )
+        cursor.execute(TABLE_ESTIMATE, [queryset.model._meta.db_table])
         row = cursor.fetchone()
     return int(row[0]) if row else -1
 
@@ -116,7 +115,7 @@ class EstimatedCountPaginator(Paginator):
     @cached_property
     def count(self) -> int:
         queryset = self.object_list
-        if not hasattr(queryset, "query"):
+        if not isinstance(queryset, QuerySet):
             return super().count
         if not queryset.query.where:
             estimate = table_estimate(queryset)

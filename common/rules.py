@@ -9,6 +9,7 @@ escapes, a lookahead), and say "end of text" with ``$`` as JSON Schema validator
 from __future__ import annotations
 
 import re
+from typing import TypeGuard
 
 from sherdlock import MAX_QUANTITY
 
@@ -36,7 +37,9 @@ _PATH_IDENTIFIER = re.compile(PATH_IDENTIFIER_PATTERN)
 _CONTROL = re.compile(f"[{CONTROL_CHARS}]")
 
 
-def is_identifier(value: object, max_length: int = ID_MAX_LENGTH, path: bool = False) -> bool:
+def is_identifier(
+    value: object, max_length: int = ID_MAX_LENGTH, path: bool = False
+) -> TypeGuard[str]:
     """Tell whether ``value`` is a usable name: 1..max_length characters, no control
     characters, not only whitespace (and, for ``path``, no "/")."""
     if not isinstance(value, str) or not 0 < len(value) <= max_length:

@@ -52,13 +52,13 @@ def _quick_choice(field: serializers.ChoiceField, data: object) -> object:
 
 
 def _quick_list(field: serializers.ListSerializer, data: object) -> object:
-    if type(data) is not list or field.validators != _bounds_validators(field):
+    # DRF's ListSerializer keeps min_length and max_length; its stubs do not say so.
+    least, most = getattr(field, "min_length", None), getattr(field, "max_length", None)
+    if type(data) is not list or field.child is None or field.validators != _bounds(field):
         return SLOW
     if not data and not field.allow_empty:
         return SLOW
-    if field.min_length is not None and len(data) < field.min_length:
-        return SLOW
-    if field.max_length is not None and len(data) > field.max_length:
+    if (least is not None and len(data) < least) or (most is not None and len(data) > most):
         return SLOW
     items = []
     for item in data:
@@ -69,10 +69,14 @@ def _quick_list(field: serializers.ListSerializer, data: object) -> object:
     return _hooks(field, items)
 
 
-def _bounds_validators(field: serializers.ListSerializer) -> list:
+def _bounds(field: serializers.ListSerializer) -> list[Any]:
     """The validators a list may carry that only restate its own bounds (for the schema)."""
-    bounds = {MinLengthValidator: field.min_length, MaxLengthValidator: field.max_length}
-    return [v for v in field.validators if bounds.get(type(v), empty) == v.limit_value]
+    bounds: dict[type, object] = {
+        MinLengthValidator: getattr(field, "min_length", None),
+        MaxLengthValidator: getattr(field, "max_length", None),
+    }
+    found: list[Any] = list(field.validators)
+    return [v for v in found if bounds.get(type(v), empty) == getattr(v, "limit_value", SLOW)]
 
 
 def _quick_mapping(serializer: serializers.Serializer, data: object) -> object:

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections
 from psycopg.conninfo import conninfo_to_dict
 
@@ -32,7 +33,10 @@ def transaction_pooled() -> bool:
 def connection_params(alias: str = DEFAULT_DB_ALIAS) -> dict[str, Any]:
     """Return libpq parameters of a session on the database of Django's ``alias``."""
     if transaction_pooled():
-        return dict(conninfo_to_dict(settings.DATABASE_DIRECT_URL))
+        direct = settings.DATABASE_DIRECT_URL
+        if not direct:  # config.settings refuses this; settings overridden in tests may not
+            raise ImproperlyConfigured("DATABASE_POOLING=transaction needs DATABASE_DIRECT_URL")
+        return dict(conninfo_to_dict(direct))
     params = dict(connections[alias].get_connection_params())
     for name in DJANGO_ONLY:
         params.pop(name, None)

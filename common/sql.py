@@ -1,4 +1,11 @@
-"""SQL fragments several apps' statements share."""
+"""Statements and fragments several apps share.
+
+Every app keeps its SQL as named, commented module-level constants in one place:
+``locks/sql/<topic>.py``, ``tokens/sql.py``, ``clients/sql.py``, ``config/sql.py`` and this
+module. Statements are composed from named fragments with ``str.format`` (named placeholders),
+once, at import; a fragment a variant does without is filled with "". Parameters are psycopg's
+(``%(name)s`` or ``%s``), never formatted in.
+"""
 
 # Make this statement's commit asynchronous: it returns before its WAL reaches the disk. Used for
 # what a crash may forget without harm: lease grants and releases (their holders then see
@@ -8,3 +15,7 @@
 # reads.
 ASYNC_COMMIT = """
 commit_mode AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),"""
+
+# The planner's row estimate of a table (kept fresh by autovacuum): what an unfiltered admin list
+# shows instead of counting a large table row by row. -1 when the table was never analysed.
+TABLE_ESTIMATE = "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass"

@@ -48,6 +48,8 @@ class InputSafeChangeList:
     is still Django's business: it redirects to the unfiltered list.
     """
 
+    filter_specs: list[admin.ListFilter]  # Django's ChangeList, which this is mixed into, sets it
+
     def get_queryset(self, request, exclude_parameters=None):
         try:
             queryset = super().get_queryset(request, exclude_parameters)

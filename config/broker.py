@@ -11,8 +11,9 @@ import subprocess
 import time
 from pathlib import Path
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-DEFAULT_DIR = BASE_DIR / ".data" / "redis"
+from config.local import DATA_DIR
+
+DEFAULT_DIR = DATA_DIR / "redis"
 
 
 def socket_path(directory: Path = DEFAULT_DIR) -> Path:

@@ -2,13 +2,16 @@
 
 Used only when ``DATABASE_URL`` is unset: the data lives in ``.data/postgres`` (git-ignored), the
 server listens on a Unix socket only, and every process of the project shares the one server.
-Start and stop are serialized by a file lock, so several processes starting at once are safe.
+Where it listens follows from its data directory alone (``EmbeddedServer.at``), so the settings
+name it without starting it; ``config.local.prepare`` starts it. Start and stop are serialized
+by a file lock, so several processes starting at once are safe.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 import subprocess
@@ -18,11 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from config import sql
+from config.local import DATA_DIR
+
 logger = logging.getLogger(__name__)
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-DEFAULT_DATA_DIR = BASE_DIR / ".data" / "postgres"
+DEFAULT_DATA_DIR = DATA_DIR / "postgres"
 DATABASE_NAME = "sherdlock"
+CREATE_DATABASE = sql.CREATE_DATABASE.format(name=DATABASE_NAME)
 SUPERUSER = "postgres"
 PORT = 5432
 # Tests start many replica processes; the stock 100 connections run out under a stress run.
@@ -55,6 +61,12 @@ class EmbeddedServer:
     data_dir: Path
     socket_dir: Path
     started: bool
+
+    @classmethod
+    def at(cls, data_dir: Path = DEFAULT_DATA_DIR) -> EmbeddedServer:
+        """Return where the server of ``data_dir`` listens, running or not (nothing is started)."""
+        data_dir = Path(data_dir).resolve()
+        return cls(data_dir, _socket_dir(data_dir), started=False)
 
     @property
     def settings(self) -> dict[str, object]:
@@ -108,10 +120,13 @@ def _file_lock(data_dir: Path) -> Iterator[None]:
 
 def _socket_dir(data_dir: Path) -> Path:
     # Unix socket paths are limited to ~107 bytes; fall back to a short runtime dir if needed.
+    # Every process must find the same directory, so the fallback's name is a digest of the
+    # data directory, not hash(), which differs from one interpreter to the next.
     candidate = data_dir.parent / f"{data_dir.name}-run"  # initdb wants an empty data dir
     if len(str(candidate / f".s.PGSQL.{PORT}")) < 100:
         return candidate
-    return Path("/tmp") / f"sherdlock-pg-{abs(hash(str(data_dir))) % 10**8}"
+    digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]
+    return Path("/tmp") / f"sherdlock-pg-{digest}"
 
 
 def _prepare_permissions(data_dir: Path, socket_dir: Path, user: str | None) -> None:
@@ -152,11 +167,11 @@ def is_running(data_dir: Path = DEFAULT_DATA_DIR) -> bool:
 
 def ensure_running(data_dir: Path = DEFAULT_DATA_DIR) -> EmbeddedServer:
     """Initialise (first time) and start the server unless it already runs; create the database."""
-    data_dir = Path(data_dir).resolve()
-    socket_dir = _socket_dir(data_dir)
+    server = EmbeddedServer.at(data_dir)
+    data_dir, socket_dir = server.data_dir, server.socket_dir
     with _file_lock(data_dir):
         if is_running(data_dir):
-            return EmbeddedServer(data_dir, socket_dir, started=False)
+            return server
         commands = _commands()
         user = _system_user()
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -201,11 +216,9 @@ def _create_database(server: EmbeddedServer) -> None:
                 raise
             time.sleep(0.1)
     with conn:
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE_NAME,)
-        ).fetchone()
+        exists = conn.execute(sql.DATABASE_EXISTS, (DATABASE_NAME,)).fetchone()
         if not exists:
-            conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+            conn.execute(CREATE_DATABASE)
 
 
 def stop(data_dir: Path = DEFAULT_DATA_DIR) -> bool:

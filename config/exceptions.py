@@ -69,7 +69,8 @@ def unavailable_response(request, exc: BaseException) -> Response:
     """Answer 503 database_unavailable with Retry-After, logged once."""
     note_connection_loss(request, exc)
     response = error_response(ServiceUnavailable(), ERRORS[ServiceUnavailable])
-    response._has_been_logged = True  # Django's request logger would add an error line
+    # Read by django.utils.log.log_response (else it adds an error line); not in django-stubs.
+    response._has_been_logged = True  # type: ignore[attr-defined]
     return response
 
 

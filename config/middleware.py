@@ -15,6 +15,7 @@ from config.outage import UNAVAILABLE_RETRY_AFTER, is_connection_loss, note_conn
 def unavailable_page(request) -> HttpResponse:
     """Return the 503 for ``request``: the API's JSON shape under /api/, plain text elsewhere."""
     error = ERRORS[ServiceUnavailable]
+    response: HttpResponse
     if request.path.startswith("/api/"):
         response = JsonResponse(
             error_body(error.code, str(ServiceUnavailable.default_detail)), status=error.status
@@ -26,7 +27,8 @@ def unavailable_page(request) -> HttpResponse:
             content_type="text/plain; charset=utf-8",
         )
     response["Retry-After"] = UNAVAILABLE_RETRY_AFTER
-    response._has_been_logged = True  # logged once by note_connection_loss
+    # Read by django.utils.log.log_response, which django-stubs does not declare.
+    response._has_been_logged = True  # type: ignore[attr-defined]  # logged once already
     return response
 
 

@@ -193,9 +193,15 @@ def start(
 
 
 @contextlib.contextmanager
-def running(server: dict[str, object], **options: object) -> Iterator[PgBouncer]:
+def running(
+    server: dict[str, object],
+    *,
+    pool_size: int = 10,
+    max_clients: int = 2000,
+    timeout: float = 20.0,
+) -> Iterator[PgBouncer]:
     """Run pgbouncer (see ``start``) for the duration of the block."""
-    bouncer = start(server, **options)
+    bouncer = start(server, pool_size=pool_size, max_clients=max_clients, timeout=timeout)
     try:
         yield bouncer
     finally:

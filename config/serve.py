@@ -18,10 +18,10 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-DATA_DIR = Path(os.environ.get("SHERDLOCK_DATA_DIR", BASE_DIR / ".data"))
+from config import local
+from config.local import BASE_DIR, DATA_DIR
+
 PR_SET_PDEATHSIG = 1
 STOP_TIMEOUT = 15.0
 
@@ -104,8 +104,8 @@ def web_command(python: str, host: str, port: int, env: dict[str, str]) -> list[
 
 
 def main() -> int:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     env = dict(os.environ)
-    env.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     env["PYTHONUNBUFFERED"] = "1"
     host = env.get("HOST", "127.0.0.1")
     port = int(env.get("PORT", "8000"))
@@ -126,18 +126,16 @@ def main() -> int:
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
     try:
-        if not env.get("DATABASE_URL"):
-            from config import embedded_db
-
-            database = embedded_db.ensure_running(DATA_DIR / "postgres")
+        database = local.prepare()  # the embedded server, unless DATABASE_URL names another
+        if database is not None:
             env["DATABASE_URL"] = database.url()
             state = "started" if database.started else "already running"
             say(f"embedded PostgreSQL {state} ({database.data_dir})")
         if not env.get("CELERY_BROKER_URL"):
             from config import broker as embedded_broker
 
-            broker = embedded_broker.start(DATA_DIR / "redis")
-            env["CELERY_BROKER_URL"] = embedded_broker.url(DATA_DIR / "redis")
+            broker = embedded_broker.start(embedded_broker.DEFAULT_DIR)
+            env["CELERY_BROKER_URL"] = embedded_broker.url(embedded_broker.DEFAULT_DIR)
             say(f"embedded broker started ({env['CELERY_BROKER_URL']})")
 
         python = sys.executable

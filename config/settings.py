@@ -1,23 +1,29 @@
 """Django settings for Sherdlock, read from the environment (12-factor).
 
-``DATABASE_URL`` names a PostgreSQL server; unset, the project-local embedded server is started.
+``DATABASE_URL`` names a PostgreSQL server; unset, the project-local embedded server is used.
 ``DATABASE_POOLING=transaction`` says that ``DATABASE_URL`` goes through a transaction-pooling
 proxy (PgBouncer); ``DATABASE_DIRECT_URL`` then names the same database without it, for the few
 connections that need a session of their own (docs/scaling.md).
 ``CELERY_BROKER_URL`` names a broker; unset, the project-local embedded Redis is used.
+
+Importing this module starts nothing and writes nothing (``config.local`` says who starts the
+embedded server): it only reads the environment, checks it and says where things are.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
-from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.functional import lazy
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-DATA_DIR = Path(os.environ.get("SHERDLOCK_DATA_DIR", BASE_DIR / ".data"))
+from common.knobs import Knobs
+from config import broker, embedded_db, local
+
+BASE_DIR = local.BASE_DIR
+DATA_DIR = local.DATA_DIR
 
 
 def env_bool(name: str, default: bool = False) -> bool:
@@ -31,22 +37,6 @@ def env_bool(name: str, default: bool = False) -> bool:
 def env_list(name: str, default: str) -> list[str]:
     """Read a comma-separated environment variable."""
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
-
-
-def _secret_key() -> str:
-    # A generated key persisted in the git-ignored data dir keeps sessions valid across restarts
-    # of a local run; production sets SECRET_KEY.
-    if key := os.environ.get("SECRET_KEY"):
-        return key
-    path = DATA_DIR / "secret_key"
-    if not path.exists():
-        DATA_DIR.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
-    return path.read_text().strip()
-
-
-EMBEDDED_DATABASE = None  # the embedded server, when this process uses it
 
 
 # DATABASE_POOLING: how the connections of DATABASE_URL reach PostgreSQL.
@@ -66,7 +56,11 @@ def database_pooling(value: str | None) -> str:
     return mode
 
 
-def _postgres(name: str, url: str) -> dict[str, object]:
+# A DATABASES entry: a setting of each type Django knows (strings, numbers, dicts of options).
+DatabaseEntry = dict[str, Any]
+
+
+def _postgres(name: str, url: str) -> DatabaseEntry:
     config = dj_database_url.parse(url)
     if config["ENGINE"] != "django.db.backends.postgresql":
         raise ImproperlyConfigured(
@@ -74,12 +68,11 @@ def _postgres(name: str, url: str) -> dict[str, object]:
             "(SQLite has no SKIP LOCKED, sequences or concurrent writers). Unset DATABASE_URL "
             "to use the embedded PostgreSQL server."
         )
-    return config
+    return dict(config)
 
 
-def database_settings(url: str | None, pooling: str = SESSION_POOLING) -> dict[str, object]:
+def database_settings(url: str | None, pooling: str = SESSION_POOLING) -> DatabaseEntry:
     """Return the default database entry; only PostgreSQL is supported."""
-    global EMBEDDED_DATABASE
     # Connections outlive requests: opening one costs more than most requests, and the hot
     # statements are prepared per connection. A broken one is noticed by the health check.
     persistent = {"CONN_MAX_AGE": 300, "CONN_HEALTH_CHECKS": True}
@@ -88,16 +81,18 @@ def database_settings(url: str | None, pooling: str = SESSION_POOLING) -> dict[s
             raise ImproperlyConfigured(
                 "DATABASE_POOLING=transaction needs DATABASE_URL, the URL of the pooling proxy"
             )
-        from config import embedded_db
-
-        EMBEDDED_DATABASE = embedded_db.ensure_running(DATA_DIR / "postgres")
-        return {**EMBEDDED_DATABASE.settings, **persistent}
+        # Where the embedded server listens follows from its data directory; it is started
+        # by config.local.prepare, which every entry point calls before Django connects.
+        return {
+            **embedded_db.EmbeddedServer.at(embedded_db.DEFAULT_DATA_DIR).settings,
+            **persistent,
+        }
     config = {**_postgres("DATABASE_URL", url), **persistent}
     if pooling == TRANSACTION_POOLING:
         # QuerySet.iterator() (the admin's choice fields among others) would declare a cursor
         # WITH HOLD, which outlives its transaction on a session the proxy lends to others.
         # Django's own statements never prepare on the server (prepare_threshold is None
-        # unless OPTIONS sets it); the application's follow SHERDLOCK["PREPARE_THRESHOLD"].
+        # unless OPTIONS sets it); the application's follow the PREPARE_THRESHOLD knob.
         config["DISABLE_SERVER_SIDE_CURSORS"] = True
     return config
 
@@ -123,19 +118,22 @@ def direct_database_url(url: str | None, pooling: str) -> str | None:
 
 def prepare_threshold(value: str | None, pooling: str) -> int | None:
     """Read ``SHERDLOCK_PREPARE_THRESHOLD`` ("off" never prepares); off behind a pooler."""
-    off = value is not None and value.strip().lower() in {"off", "none", ""}
+    variable = "SHERDLOCK_PREPARE_THRESHOLD"
+    threshold = Knobs.from_environ({} if value is None else {variable: value}).prepare_threshold
     if pooling == TRANSACTION_POOLING:
-        if value is not None and not off:
+        if threshold is not None and value is not None:
             raise ImproperlyConfigured(
-                f"SHERDLOCK_PREPARE_THRESHOLD={value!r} with DATABASE_POOLING=transaction: a "
+                f"{variable}={value!r} with DATABASE_POOLING=transaction: a "
                 "statement prepared on one server session is unknown to the next one the "
                 "proxy lends; leave it unset (statements are then never prepared)"
             )
         return None
-    return None if off else int(value if value is not None else 2)
+    return threshold
 
 
-SECRET_KEY = _secret_key()
+# Production sets SECRET_KEY; a local run uses one generated into the data directory when
+# first needed (config.local.secret_key), not when the settings are read.
+SECRET_KEY = os.environ.get("SECRET_KEY") or lazy(local.secret_key, str)()
 DEBUG = env_bool("DEBUG")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
@@ -191,6 +189,9 @@ TEMPLATES = [
 
 DATABASE_POOLING = database_pooling(os.environ.get("DATABASE_POOLING"))
 DATABASES = {"default": database_settings(os.environ.get("DATABASE_URL"), DATABASE_POOLING)}
+# The embedded server's data directory when DATABASES uses it (config.local.prepare starts
+# it), else None.
+EMBEDDED_DATABASE_DIR = None if os.environ.get("DATABASE_URL") else embedded_db.DEFAULT_DATA_DIR
 # Session-scoped features (LISTEN, the housekeeping guard) connect here instead of DATABASES
 # when DATABASE_URL is transaction-pooled (common.sessions); None otherwise.
 DATABASE_DIRECT_URL = direct_database_url(os.environ.get("DATABASE_DIRECT_URL"), DATABASE_POOLING)
@@ -217,8 +218,7 @@ USE_TZ = True
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("SHERDLOCK_MAX_BODY_BYTES", 2_621_440))
 
 STATIC_URL = "static/"
-STATIC_ROOT = DATA_DIR / "static"
-STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns about a missing root
+STATIC_ROOT = DATA_DIR / "static"  # created by config.local.prepare
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -255,49 +255,20 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Select, lock, spend and release tokens across replicas without double spends.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "config.schema.require_one_of_bodies",
+    ],
 }
 
-# Selector knobs; every one is documented in README.md ("Configuration").
-SHERDLOCK = {
-    "MAX_RETRIES": int(os.environ.get("SHERDLOCK_MAX_RETRIES", 5)),
-    "FETCH_LIMIT": int(os.environ.get("SHERDLOCK_FETCH_LIMIT", 64)),
-    "COLD_FETCH_LIMIT": int(os.environ.get("SHERDLOCK_COLD_FETCH_LIMIT", 16)),
-    # Lease grants and releases commit asynchronously unless this is on (spends always commit
-    # synchronously): a database crash may then forget the last moments of grants, which their
-    # holders see as lease_lost. See common.sql.ASYNC_COMMIT.
-    "DURABLE_LEASES": env_bool("SHERDLOCK_DURABLE_LEASES", False),
-    # Hot statements are prepared on the server after this many runs on a connection; never
-    # with DATABASE_POOLING=transaction, whose proxy cannot keep prepared statements.
-    "PREPARE_THRESHOLD": prepare_threshold(
+# The service's knobs, each from SHERDLOCK_<NAME>; declared, defaulted and checked in
+# common.knobs, documented in README.md ("Configuration"). Code reads them with knobs().
+SHERDLOCK = Knobs.from_environ(
+    os.environ,
+    prepare_threshold=prepare_threshold(
         os.environ.get("SHERDLOCK_PREPARE_THRESHOLD"), DATABASE_POOLING
     ),
-    "CACHE_TTL": float(os.environ.get("SHERDLOCK_CACHE_TTL", 1.0)),
-    # Real-time caches: one LISTEN connection per replica process applies token and lock
-    # changes to its cache (locks.listener). While it is connected the cache keeps queues for
-    # CACHE_TTL_LISTENING; while it is not, or with LISTEN off, for CACHE_TTL.
-    "LISTEN": env_bool("SHERDLOCK_LISTEN", False),
-    "CACHE_TTL_LISTENING": float(os.environ.get("SHERDLOCK_CACHE_TTL_LISTENING", 30.0)),
-    "BACKOFF_ATTEMPTS": int(os.environ.get("SHERDLOCK_BACKOFF_ATTEMPTS", 3)),
-    "BACKOFF_MIN": float(os.environ.get("SHERDLOCK_BACKOFF_MIN", 0.005)),
-    "BACKOFF_MAX": float(os.environ.get("SHERDLOCK_BACKOFF_MAX", 0.05)),
-    "LEASE_SECONDS": float(os.environ.get("SHERDLOCK_LEASE_SECONDS", 60)),
-    # Requests one web process lets wait for held funds at once (Prefer: wait); keep it below
-    # the process's threads (WEB_THREADS) so that spends and releases always find one.
-    "WAIT_SLOTS": int(os.environ.get("SHERDLOCK_WAIT_SLOTS", 24)),
-    # How long a process trusts an API key it read (revocation takes effect within this).
-    "API_KEY_CACHE_SECONDS": float(os.environ.get("SHERDLOCK_API_KEY_CACHE_SECONDS", 5)),
-    "MAX_LEASE_SECONDS": float(os.environ.get("SHERDLOCK_MAX_LEASE_SECONDS", 600)),
-    # Housekeeping: removal of expired locks and of spent tokens' locks (locks.housekeeping).
-    "HOUSEKEEPING_BATCH_SIZE": int(os.environ.get("SHERDLOCK_HOUSEKEEPING_BATCH_SIZE", 1000)),
-    "HOUSEKEEPING_MAX_BATCHES": int(os.environ.get("SHERDLOCK_HOUSEKEEPING_MAX_BATCHES", 100)),
-    "HOUSEKEEPING_GRACE_SECONDS": float(os.environ.get("SHERDLOCK_HOUSEKEEPING_GRACE_SECONDS", 5)),
-    # Days of housekeeping runs and failed selections (dashboard history) to keep.
-    "HOUSEKEEPING_HISTORY_DAYS": float(os.environ.get("SHERDLOCK_HOUSEKEEPING_HISTORY_DAYS", 7)),
-    # Whole seconds: beat's IntervalSchedule counts in integers.
-    "HOUSEKEEPING_INTERVAL_SECONDS": int(
-        os.environ.get("SHERDLOCK_HOUSEKEEPING_INTERVAL_SECONDS", 10)
-    ),
-}
+).setting()
 
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
 LOGGING = {
@@ -325,9 +296,7 @@ LOGGING = {
 }
 
 # Celery: the broker defaults to the embedded Redis that `make run` starts (config.broker).
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or (
-    f"redis+socket://{(DATA_DIR / 'redis' / 'redis.sock').resolve()}"
-)
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or broker.url(broker.DEFAULT_DIR)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from common.errors import error_body, error_responses
+from config import sql
 from config.exceptions import ERRORS, SERVER_ERROR, unavailable_response
 from config.outage import is_connection_loss
 
@@ -46,7 +47,7 @@ class Readyz(Probe):
     def get(self, request):
         try:
             with connection.cursor() as cursor:
-                cursor.execute("SELECT 1")
+                cursor.execute(sql.READY)
                 cursor.fetchone()
         except DatabaseError as exc:
             return unavailable_response(request, exc)

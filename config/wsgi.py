@@ -4,6 +4,9 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
+from config import local
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+local.prepare()  # the embedded server, if used, before the first request connects
 
 application = get_wsgi_application()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 
 from django import forms
-from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError, transaction
@@ -20,6 +19,7 @@ from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from common.knobs import knobs
 from common.rules import ID_MAX_LENGTH
 from locks.models import LockAudit, Selection
 from locks.services import extend_selection, release_selection
@@ -66,8 +66,8 @@ def wallet_view(request, wallet: str):
         "data": data,
         "list_size": LIST_SIZE,
         "may_change": may_change(request.user),
-        "lease_seconds": int(settings.SHERDLOCK["LEASE_SECONDS"]),
-        "max_lease_seconds": int(settings.SHERDLOCK["MAX_LEASE_SECONDS"]),
+        "lease_seconds": int(knobs().lease_seconds),
+        "max_lease_seconds": int(knobs().max_lease_seconds),
     }
     return TemplateResponse(request, "admin/wallet.html", context)
 
@@ -97,7 +97,7 @@ def act(request, wallet: str) -> None:
                 )
                 text = f"{tx_id}: released, {removed} lock(s) removed"
             else:
-                seconds = form.cleaned_data["seconds"] or settings.SHERDLOCK["LEASE_SECONDS"]
+                seconds = form.cleaned_data["seconds"] or knobs().lease_seconds
                 renewed = extend_selection(tx_id, seconds, namespace=selection.namespace).selection
                 audit(
                     request,

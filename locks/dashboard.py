@@ -19,6 +19,7 @@ from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from locks.models import FailedSelection, HousekeepingRun, Selection
+from locks.sql.dashboard import LOCK_FIGURES
 from tokens.models import CurrencySupply
 
 EXPIRING_WITHIN = timedelta(seconds=10)
@@ -119,35 +120,6 @@ class Dashboard:
         return max((self.generated_at - self.housekeeping.started_at).total_seconds(), 0.0)
 
 
-# Every lock figure of the dashboard, in one statement, each part read through an index:
-# - the counts are ranges of the expires_at index (index-only where the visibility map allows);
-# - the tokens behind the live locks are fetched by primary key in one sorted array probe, so
-#   the work grows with the live locks, not with the token table (a hash join would read every
-#   token). When the lock table carries the token's wallet, currency and quantity itself, the
-#   "live" part becomes a plain range of the lock table and this join goes away.
-# Live locks on tokens spent within their lease count as live and towards their wallet's
-# locks, but not towards locked value: that is a share of the unspent supply.
-# Every lock figure from the lock table alone, which names each lock's wallet, currency and
-# quantity and holds rows of live holds and of expired ones awaiting housekeeping only (a spend
-# removes its locks): one pass over the table, no join.
-LOCK_FIGURES = """
-WITH live AS MATERIALIZED (
-    SELECT wallet, currency, quantity, expires_at FROM locks_tokenlock WHERE expires_at > now()
-)
-SELECT 'live', NULL, count(*), NULL::numeric FROM live
-UNION ALL
-SELECT 'expiring', NULL, count(*), NULL FROM live
-WHERE expires_at <= now() + %(expiring)s * interval '1 second'
-UNION ALL
-SELECT 'expired', NULL, count(*), NULL FROM locks_tokenlock WHERE expires_at <= now()
-UNION ALL
-SELECT 'currency', currency, count(*), sum(quantity) FROM live GROUP BY currency
-UNION ALL
-(SELECT 'wallet', wallet, count(*), NULL FROM live
- GROUP BY wallet ORDER BY count(*) DESC, wallet LIMIT %(top)s)
-"""
-
-
 def lock_figures(top: int = TOP) -> LockFigures:
     """Return lock counts, live-locked value per currency and the busiest wallets."""
     counts: dict[str, int] = {}
@@ -204,7 +176,9 @@ def outcomes_per_minute(now: datetime, failed: Counter[str] | None = None) -> li
     """
     end = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
     start = end - WINDOW
-    minutes = {start + timedelta(minutes=i): {} for i in range(int(WINDOW.total_seconds()) // 60)}
+    minutes: dict[datetime, dict[str, int]] = {
+        start + timedelta(minutes=i): {} for i in range(int(WINDOW.total_seconds()) // 60)
+    }
     # COUNT(*), not COUNT(id): with nothing but created_at read, the selection_recent index
     # answers alone (an index-only scan) wherever the visibility map allows.
     successes = (

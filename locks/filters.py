@@ -8,7 +8,7 @@ from django.db.models.functions import Now
 
 from common.filters import IdentifierFilter, StrictChoiceFilter
 from common.rules import CURRENCY_MAX_LENGTH
-from locks.models import Selection, TokenLock
+from locks.models import Selection, SelectionQuerySet, TokenLock
 
 
 class SelectionFilter(django_filters.FilterSet):
@@ -22,7 +22,9 @@ class SelectionFilter(django_filters.FilterSet):
         model = Selection
         fields = ["wallet", "currency", "status"]
 
-    def filter_status(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+    def filter_status(
+        self, queryset: SelectionQuerySet, name: str, value: str
+    ) -> SelectionQuerySet:
         return queryset.reported(value)
 
 

@@ -1,7 +1,8 @@
 """Housekeeping of the lock table: remove expired leases and the locks of spent tokens.
 
-It also removes rate-limit buckets that have been idle long enough to be full again (their
-statement lives beside the rate limiter, ``clients.throttling.PRUNE_IDLE``), and old history.
+It also removes rate-limit buckets that have been idle long enough to be full again
+(``clients.throttling.prune_idle``), and old history. The statements are in
+``locks/sql/housekeeping.py``.
 
 Removing a lock row never changes who may lock a token: an expired row is already free to be
 taken over (the store's INSERT ... ON CONFLICT replaces it under a new fence), and a spent
@@ -18,14 +19,15 @@ import time
 from collections.abc import Callable
 
 import psycopg
-from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, Error, connections
 from django.db.models.functions import Now
 
 from clients.throttling import prune_idle
-from common import sessions
+from common import db, sessions
+from common.knobs import knobs
 from locks.metrics import HOUSEKEEPING_DELETED, HOUSEKEEPING_LAST_RUN
 from locks.models import HousekeepingRun
+from locks.sql import housekeeping as sql
 from locks.sql import waiting as waiting_sql
 
 logger = logging.getLogger(__name__)
@@ -37,85 +39,9 @@ GUARD_KEY = int.from_bytes(b"sherdlhk", "big")
 # The guard's own session, under transaction pooling, is findable in pg_stat_activity by this.
 GUARD_APPLICATION_NAME = "sherdlock-housekeeping"
 
-# Every batch below is drawn once, into an array (an InitPlan). Written as ``IN (SELECT ...
-# LIMIT n FOR UPDATE SKIP LOCKED)`` the planner may put the subquery on the inner side of a
-# nested loop and rescan it per outer row; a rescan skips the rows this statement has already
-# deleted (they are its own, so FOR UPDATE passes over them) and draws the next n, and one
-# "batch" becomes the whole table. Which plan is chosen depends on the table's statistics.
-
-# Remove up to %(limit)s locks of tokens spent at least %(grace)s seconds ago. The rows are kept
-# that long after a spend so that replicas with the token in their cache see it locked and move
-# on instead of trying it (the design's note on spent tokens); after that the cache has been
-# refreshed and the row is dead weight. Driven from the lock table, which stays small, with one
-# primary-key probe into the token table per lock row.
-DELETE_SPENT = """
-DELETE FROM locks_tokenlock
-WHERE token_id = ANY(ARRAY(
-    SELECT l.token_id
-    FROM locks_tokenlock l JOIN tokens_token t ON t.id = l.token_id
-    WHERE t.spent_at <= now() - %(grace)s * interval '1 second'
-    LIMIT %(limit)s
-    FOR UPDATE OF l SKIP LOCKED
-))
-"""
-
-# Remove up to %(limit)s locks whose lease ended at least %(grace)s seconds ago (database clock,
-# the clock that stamped the lease). The inner SELECT walks the expires_at index and row-locks
-# its batch; SKIP LOCKED passes over rows that a selection is taking over or a renewal is
-# updating right now, so neither ever waits behind the housekeeper, nor it behind them. The
-# predicate is repeated outside so the statement stays correct whatever plan is chosen: a row
-# renewed or taken over after it was picked no longer matches and is kept.
-# Requests may be waiting for what an expired lease held: wake the heads of those queues.
-DELETE_EXPIRED = """
-WITH gone AS (
-    DELETE FROM locks_tokenlock
-    WHERE token_id = ANY(ARRAY(
-        SELECT token_id
-        FROM locks_tokenlock
-        WHERE expires_at <= now() - %(grace)s * interval '1 second'
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ))
-    AND expires_at <= now() - %(grace)s * interval '1 second'
-    RETURNING wallet, currency
-),{wake}
-SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM woken)
-""".format(
-    wake=waiting_sql.WAKE.format(keys="SELECT wallet, currency FROM gone", when="true").rstrip(",")
-)
-
-# Record as expired up to %(limit)s selections still marked locked whose lease ended at least
-# %(grace)s seconds ago, so that listings and the dashboard filter on the stored status. Readers
-# are told "expired" from the moment the lease ends anyway; this only settles it. A selection a
-# client is spending or releasing right now is skipped and settled by a later pass (or not at
-# all: the spend or release records its own outcome).
-SETTLE_EXPIRED = """
-UPDATE locks_selection SET status = 'expired'
-WHERE id = ANY(ARRAY(
-    SELECT id FROM locks_selection
-    WHERE status = 'locked' AND expires_at <= now() - %(grace)s * interval '1 second'
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-))
-AND status = 'locked'
-"""
-
-# The run log and the dashboard's failed-selection log are history, not state: keep
-# HOUSEKEEPING_HISTORY_DAYS of each, removed in the same bounded batches.
-PRUNE_RUNS = """
-DELETE FROM locks_housekeepingrun WHERE id = ANY(ARRAY(
-    SELECT id FROM locks_housekeepingrun
-    WHERE started_at < now() - %(days)s * interval '1 day' LIMIT %(limit)s))
-"""
-PRUNE_FAILED_SELECTIONS = """
-DELETE FROM locks_failedselection WHERE id = ANY(ARRAY(
-    SELECT id FROM locks_failedselection
-    WHERE created_at < now() - %(days)s * interval '1 day' LIMIT %(limit)s))
-"""
-
 # Spent first, so that a spent token's lock is counted as "spent" even when its lease has also
 # run out by the time housekeeping gets to it.
-PASSES = (("spent", DELETE_SPENT), ("expired", DELETE_EXPIRED))
+PASSES = (("spent", sql.DELETE_SPENT), ("expired", sql.DELETE_EXPIRED))
 # Counted like the lock passes, in the run record and the deleted-rows metric.
 BUCKETS = "rate_buckets"
 
@@ -139,7 +65,7 @@ def _try_guard(connection) -> Callable[[], None] | None:
     if sessions.transaction_pooled():
         session = sessions.connect(connection.alias, application_name=GUARD_APPLICATION_NAME)
         try:
-            taken = session.execute("SELECT pg_try_advisory_lock(%s)", [GUARD_KEY]).fetchone()[0]
+            taken = db.one(session.execute(sql.TRY_GUARD, [GUARD_KEY]))[0]
         except BaseException:
             session.close()
             raise
@@ -148,7 +74,7 @@ def _try_guard(connection) -> Callable[[], None] | None:
         session.close()
         return None
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [GUARD_KEY])
+        cursor.execute(sql.TRY_GUARD, [GUARD_KEY])
         taken = bool(cursor.fetchone()[0])
     return functools.partial(_release_guard, connection) if taken else None
 
@@ -157,7 +83,7 @@ def _release_session_guard(session: psycopg.Connection) -> None:
     # Unlocked first: a session's locks go when its server process has exited, which may be a
     # moment after the close, and a housekeeper starting then would skip for nothing.
     try:
-        session.execute("SELECT pg_advisory_unlock(%s)", [GUARD_KEY])
+        session.execute(sql.RELEASE_GUARD, [GUARD_KEY])
     except psycopg.Error:
         logger.warning(
             "could not release the housekeeping guard; closing its session", exc_info=True
@@ -169,7 +95,7 @@ def _release_session_guard(session: psycopg.Connection) -> None:
 def _release_guard(connection) -> None:
     try:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [GUARD_KEY])
+            cursor.execute(sql.RELEASE_GUARD, [GUARD_KEY])
             released = cursor.fetchone()[0]
     except Error:
         # Django keeps connections open between tasks, so a guard left behind would make every
@@ -199,8 +125,8 @@ def _in_batches(
 
 
 def _prune_history(connection, batch_size: int, max_batches: int) -> None:
-    days = float(settings.SHERDLOCK["HOUSEKEEPING_HISTORY_DAYS"])
-    for statement in (PRUNE_RUNS, PRUNE_FAILED_SELECTIONS):
+    days = knobs().housekeeping_history_days
+    for statement in (sql.PRUNE_RUNS, sql.PRUNE_FAILED_SELECTIONS):
         for _ in range(max_batches):
             with connection.cursor() as cursor:
                 cursor.execute(statement, {"days": days, "limit": batch_size})
@@ -209,10 +135,10 @@ def _prune_history(connection, batch_size: int, max_batches: int) -> None:
 
 
 def _settings(batch_size, max_batches, grace_seconds) -> tuple[int, int, float]:
-    options = settings.SHERDLOCK
-    batch_size = int(options["HOUSEKEEPING_BATCH_SIZE"] if batch_size is None else batch_size)
-    max_batches = int(options["HOUSEKEEPING_MAX_BATCHES"] if max_batches is None else max_batches)
-    grace = float(options["HOUSEKEEPING_GRACE_SECONDS"] if grace_seconds is None else grace_seconds)
+    options = knobs()
+    batch_size = int(options.housekeeping_batch_size if batch_size is None else batch_size)
+    max_batches = int(options.housekeeping_max_batches if max_batches is None else max_batches)
+    grace = float(options.housekeeping_grace_seconds if grace_seconds is None else grace_seconds)
     if batch_size < 1 or max_batches < 1:
         raise ValueError("batch_size and max_batches must be positive")
     if grace < 0:
@@ -233,7 +159,7 @@ def run_housekeeping(
     Each kind is removed by at most ``max_batches`` statements of at most ``batch_size`` rows,
     each its own short transaction when called outside ``transaction.atomic`` (as the task and
     the command do); a backlog is finished by the next passes. Unset arguments come from
-    ``settings.SHERDLOCK``. If another housekeeper holds the guard, record a skipped run and
+    the knobs (``common.knobs``). If another housekeeper holds the guard, record a skipped run and
     return at once. ``progress(kind, removed)`` is called after every batch.
     """
     batch_size, max_batches, grace = _settings(batch_size, max_batches, grace_seconds)
@@ -271,7 +197,9 @@ def run_housekeeping(
                     progress(kind, count)
                 if count < batch_size:  # nothing left that is not being worked on
                     break
-        settled = _in_batches(connection, SETTLE_EXPIRED, {"grace": grace}, batch_size, max_batches)
+        settled = _in_batches(
+            connection, sql.SETTLE_EXPIRED, {"grace": grace}, batch_size, max_batches
+        )
         # Waiters whose request died with its process: they stopped counting at their
         # deadline, now their rows go.
         _in_batches(connection, waiting_sql.PRUNE, {"grace": grace}, batch_size, max_batches)

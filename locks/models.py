@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
@@ -10,7 +12,10 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from common.rules import CURRENCY_MAX_LENGTH, ID_MAX_LENGTH, NAMESPACE_MAX_LENGTH
-from tokens.models import MAX_QUANTITY
+from tokens.models import MAX_QUANTITY, TokenRow
+
+if TYPE_CHECKING:
+    pass
 
 FENCE_SEQUENCE = "locks_fence_seq"
 
@@ -168,6 +173,16 @@ class Selection(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     spent_at = models.DateTimeField(null=True, blank=True)
     released_at = models.DateTimeField(null=True, blank=True)
+
+    # Not columns: what some readers attach to an instance (absent otherwise, so read them
+    # with getattr and a default). The tokens it holds or held, and those its spend created,
+    # as the answering statement returned them (locks.services); how many of its locks it
+    # still holds (SelectionQuerySet.with_state, the read statement; locks.wallet.held_locks
+    # as ``held``).
+    held_tokens: list[TokenRow]
+    created_outputs: list[TokenRow]
+    live_locks: int
+    held: int | None
 
     objects = SelectionQuerySet.as_manager()
 

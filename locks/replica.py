@@ -7,8 +7,7 @@ import atexit
 import os
 import threading
 
-from django.conf import settings
-
+from common.knobs import Knobs, knobs
 from locks.listener import CacheListener, django_connect
 from locks.store import PostgresTokenStore
 from sherdlock import BackoffPolicy, Selector, SelectorConfig
@@ -20,42 +19,34 @@ _pid: int | None = None
 _exit_hook_registered = False
 
 
-def listener_enabled(options: dict[str, object] | None = None) -> bool:
-    """Tell whether replicas run a cache listener (``SHERDLOCK["LISTEN"]``, default on)."""
-    o = options if options is not None else settings.SHERDLOCK
-    return bool(o.get("LISTEN", True))
+def listener_enabled(options: Knobs | None = None) -> bool:
+    """Tell whether replicas run a cache listener (the ``LISTEN`` knob)."""
+    return (options if options is not None else knobs()).listen
 
 
-def selector_config(
-    options: dict[str, object] | None = None, listening: bool = False
-) -> SelectorConfig:
-    """Build the selector configuration from ``settings.SHERDLOCK``.
+def selector_config(options: Knobs | None = None, listening: bool = False) -> SelectorConfig:
+    """Build the selector configuration from the knobs.
 
     With a listener the cache ttl is ``CACHE_TTL_LISTENING``: notifications keep the queues
     current, so they need not be thrown away every second.
     """
-    o = options if options is not None else settings.SHERDLOCK
-    ttl = o.get("CACHE_TTL_LISTENING", o["CACHE_TTL"]) if listening else o["CACHE_TTL"]
+    o = options if options is not None else knobs()
     return SelectorConfig(
-        max_retries=int(o["MAX_RETRIES"]),
-        fetch_limit=int(o["FETCH_LIMIT"]),
-        cold_fetch_limit=int(o["COLD_FETCH_LIMIT"]),
-        cache_ttl=float(ttl),
+        max_retries=o.max_retries,
+        fetch_limit=o.fetch_limit,
+        cold_fetch_limit=o.cold_fetch_limit,
+        cache_ttl=o.cache_ttl_listening if listening else o.cache_ttl,
         backoff=BackoffPolicy(
-            attempts=int(o["BACKOFF_ATTEMPTS"]),
-            min_delay=float(o["BACKOFF_MIN"]),
-            max_delay=float(o["BACKOFF_MAX"]),
+            attempts=o.backoff_attempts, min_delay=o.backoff_min, max_delay=o.backoff_max
         ),
     )
 
 
-def build_store(options: dict[str, object] | None = None) -> PostgresTokenStore:
-    """Build the PostgreSQL store from ``settings.SHERDLOCK``."""
-    o = options if options is not None else settings.SHERDLOCK
+def build_store(options: Knobs | None = None) -> PostgresTokenStore:
+    """Build the PostgreSQL store from the knobs."""
+    o = options if options is not None else knobs()
     return PostgresTokenStore(
-        lease=float(o["LEASE_SECONDS"]),
-        durable=bool(o["DURABLE_LEASES"]),
-        prepare_threshold=o["PREPARE_THRESHOLD"],
+        lease=o.lease_seconds, durable=o.durable_leases, prepare_threshold=o.prepare_threshold
     )
 
 
@@ -74,7 +65,7 @@ def get_selector() -> Selector:
                 # Forked: the parent's listener thread did not come along, and its socket and
                 # connection belong to the parent. Drop the reference without closing them.
                 _listener = None
-            options = settings.SHERDLOCK
+            options = knobs()
             listen = listener_enabled(options)
             store = build_store(options)
             _selector = Selector(store, selector_config(options, listening=listen))
@@ -83,7 +74,7 @@ def get_selector() -> Selector:
                 _listener = CacheListener(
                     _selector.cache,
                     django_connect(),
-                    fallback_ttl=float(options["CACHE_TTL"]),
+                    fallback_ttl=options.cache_ttl,
                     # A few fetches' worth: enough to serve from news, small enough to stay
                     # a random sample of a big wallet rather than a copy of it.
                     queue_limit=4 * _selector.config.fetch_limit,

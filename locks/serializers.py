@@ -89,7 +89,8 @@ class SelectRequestSerializer(QuickSerializer):
         "answered as soon as it gets the funds. 0 or absent: answer at once.",
     )
 
-    strategy = serializers.ChoiceField(
+    # The strategies with terms of their own narrow this to their one name.
+    strategy: serializers.Field = serializers.ChoiceField(
         choices=[RANDOM, SMALLEST_FIRST, FEWEST_TOKENS],
         required=False,
         help_text="How to pick the tokens. random (default): a random covering set, fair "

@@ -13,14 +13,15 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from functools import partial
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
 from common import db
+from common.knobs import knobs
 from locks import metrics, waiting
 from locks.errors import (
     AlreadySpent,
@@ -147,6 +148,8 @@ def _select_once(
         return _repeat(namespace, tx_id, key.wallet, key.currency, quantity), False, None
     record = picked.record
     assert isinstance(record, RecordedSelection)
+    # The PostgreSQL store stamps leases with the database clock.
+    assert isinstance(picked.expires_at, datetime)
     wallet, currency = key.wallet, key.currency
     selection = Selection(
         id=record.id,
@@ -308,11 +311,11 @@ def extend_selection(
     wallets: Sequence[str] | None = None,
 ) -> Outcome:
     """Renew the lease of every lock of the selection, capped at its maximum lifetime."""
-    options = settings.SHERDLOCK
+    options = knobs()
     params = _params(namespace, tx_id, wallets)
     params.update(
-        seconds=float(seconds if seconds is not None else options["LEASE_SECONDS"]),
-        max_lease=float(options["MAX_LEASE_SECONDS"]),
+        seconds=float(seconds if seconds is not None else options.lease_seconds),
+        max_lease=options.max_lease_seconds,
     )
     row = _run(lifecycle.EXTEND_STATEMENTS[_durable()], params)
     verdict, selection, tokens = _selection(row, namespace, tx_id)
@@ -329,7 +332,7 @@ def extend_selection(
     return Outcome(selection, tokens)
 
 
-def _params(namespace: str, tx_id: str, wallets: Sequence[str] | None) -> dict[str, Any]:
+def _params(namespace: str | None, tx_id: str, wallets: Sequence[str] | None) -> dict[str, Any]:
     return {
         "namespace": namespace,
         "tx_id": tx_id,
@@ -339,7 +342,7 @@ def _params(namespace: str, tx_id: str, wallets: Sequence[str] | None) -> dict[s
 
 def _durable() -> bool:
     # Inside a caller's transaction the statement's commit is the caller's: leave it alone.
-    return bool(settings.SHERDLOCK["DURABLE_LEASES"]) or connection.in_atomic_block
+    return knobs().durable_leases or connection.in_atomic_block
 
 
 _COLUMNS: dict[str, list[str]] = {}
@@ -356,10 +359,11 @@ def _run(statement: str, params: dict[str, Any], may_fail: bool = False) -> dict
             cursor = db.execute(statement, params)
     else:
         cursor = db.execute(statement, params)
+    row = db.one(cursor)
     names = _COLUMNS.get(statement)
     if names is None:  # a statement's columns never change; psycopg rebuilds them per access
-        names = _COLUMNS[statement] = [column.name for column in cursor.description]
-    return dict(zip(names, cursor.fetchone(), strict=True))
+        names = _COLUMNS[statement] = [column.name for column in cursor.description or ()]
+    return dict(zip(names, row, strict=True))
 
 
 def _selection(

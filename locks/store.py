@@ -131,7 +131,7 @@ class PostgresTokenStore:
             "largest": largest,
             "cap": None if cap is None else Decimal(cap),
         }
-        ids, quantities = self._execute(locking.CANDIDATES, params).fetchone()
+        ids, quantities = db.one(self._execute(locking.CANDIDATES, params))
         return _candidates(ids, quantities)
 
     def unlock(self, tx_id: str, fence: int, token_ids: Sequence[int] | None = None) -> int:
@@ -153,7 +153,7 @@ class PostgresTokenStore:
                 "tx_id": tx_id,
             },
         )
-        unspent, locked = cursor.fetchone()
+        unspent, locked = db.one(cursor)
         return Supply(unspent=int(unspent), locked_by_others=int(locked))
 
     # -- internals -----------------------------------------------------------------------
@@ -191,7 +191,7 @@ class PostgresTokenStore:
             order=claim.order if fetch else "random",
             strategy=named,
         )
-        return self._execute(locking.LOCK_STATEMENTS[variant], params).fetchone()
+        return db.one(self._execute(locking.LOCK_STATEMENTS[variant], params))
 
     def _durable(self) -> bool:
         # Inside a caller's transaction the statement's commit is the caller's: leave its
@@ -212,6 +212,8 @@ class PostgresTokenStore:
         tokens: list | None,
     ) -> RecordedSelection | None:
         if recorded_id is not None:
+            # RESULT_RECORDED stamps and lists the selection whenever it wrote one.
+            assert recorded_at is not None and tokens is not None
             return RecordedSelection(
                 id=recorded_id,
                 created_at=recorded_at,

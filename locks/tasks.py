@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from celery import shared_task
-from django.conf import settings
 
+from common.knobs import knobs
 from locks.housekeeping import run_housekeeping
 
 
@@ -13,7 +13,7 @@ from locks.housekeeping import run_housekeeping
 @shared_task(
     name="locks.housekeeping",
     ignore_result=True,
-    expires=settings.SHERDLOCK["HOUSEKEEPING_INTERVAL_SECONDS"],
+    expires=knobs().housekeeping_interval_seconds,
 )
 def housekeeping() -> dict[str, object]:
     """Run one housekeeping pass."""

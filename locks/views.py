@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from django.db.models import Case, Value, When
 from django.db.models.functions import Now
 from django.urls import reverse
@@ -54,7 +56,21 @@ TX_ID = OpenApiParameter(
 SELECTION_READ = ("locks.view_selection", "tokens.view_token")
 
 
-def lookup(request, tx_id: str) -> dict[str, object]:
+class Lookup(TypedDict):
+    """Where a caller's selection is looked for: a namespace (None: every one) and wallets."""
+
+    namespace: str | None
+    wallets: list[str] | None
+
+
+class WriteLookup(TypedDict):
+    """The same for an operation that changes the selection: always one namespace."""
+
+    namespace: str
+    wallets: list[str] | None
+
+
+def lookup(request, tx_id: str) -> Lookup:
     """Return how to find the caller's selection ``tx_id``: its namespace and wallet scope.
 
     Another client's selection, or one in a wallet outside the key's scope, is reported
@@ -67,6 +83,19 @@ def lookup(request, tx_id: str) -> dict[str, object]:
         "namespace": request_namespace(request),
         "wallets": None if scope is None else sorted(scope),
     }
+
+
+def write_lookup(request, tx_id: str) -> WriteLookup:
+    """Return ``lookup`` for spend, release and extend, which only API keys may call.
+
+    Staff sessions, the callers without a namespace, only read (``HasRight``); should one get
+    here, no selection is theirs to change.
+    """
+    where = lookup(request, tx_id)
+    namespace = where["namespace"]
+    if namespace is None:
+        raise SelectionNotFound(f"no selection for transaction {tx_id}")
+    return {"namespace": namespace, "wallets": where["wallets"]}
 
 
 def visible_selection(request, tx_id: str) -> Selection:
@@ -225,7 +254,7 @@ class SelectionSpend(APIView):
         },
     )
     def post(self, request, tx_id: str):
-        where = lookup(request, tx_id)
+        where = write_lookup(request, tx_id)
         serializer = SpendSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         outcome = spend_selection(tx_id, serializer.specs(tx_id), **where)
@@ -249,7 +278,7 @@ class SelectionRelease(APIView):
         },
     )
     def post(self, request, tx_id: str):
-        outcome = release_selection(tx_id, **lookup(request, tx_id))
+        outcome = release_selection(tx_id, **write_lookup(request, tx_id))
         return Response(SelectionSerializer(outcome.selection).data)
 
 
@@ -275,7 +304,7 @@ class SelectionExtend(APIView):
         },
     )
     def post(self, request, tx_id: str):
-        where = lookup(request, tx_id)
+        where = write_lookup(request, tx_id)
         serializer = ExtendSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         outcome = extend_selection(tx_id, serializer.validated_data.get("seconds"), **where)

@@ -26,6 +26,7 @@ import psycopg
 from psycopg import sql as pgsql
 
 from common import db
+from common.knobs import knobs
 from locks.listener import django_connect
 from locks.sql import waiting as queries
 from sherdlock import WalletKey
@@ -91,10 +92,12 @@ class Queues:
 
     def join(self, key: WalletKey, seconds: float) -> Ticket:
         """Take a place at the end of the queue of ``key`` for at most ``seconds``."""
-        row = db.execute(
-            queries.JOIN,
-            {"wallet": key.wallet, "currency": key.currency, "seconds": float(seconds)},
-        ).fetchone()
+        row = db.one(
+            db.execute(
+                queries.JOIN,
+                {"wallet": key.wallet, "currency": key.currency, "seconds": float(seconds)},
+            )
+        )
         ticket = Ticket(int(row[0]), key)
         with self._lock:
             self._local[ticket.id] = ticket
@@ -144,19 +147,19 @@ class Queues:
         try:
             message = json.loads(payload)
             key = WalletKey(str(message["wallet"]), str(message["currency"]))
-            head = message["head"]
+            head = None if message["head"] is None else int(message["head"])
         except (ValueError, KeyError, TypeError):
             log.warning("unreadable wake-up %.200r", payload)
             return
         with self._lock:
             self._set_head(key, head)
 
-    def _set_head(self, key: WalletKey, head: object) -> None:
+    def _set_head(self, key: WalletKey, head: int | None) -> None:
         if head is None:
             self._heads.pop(key, None)
             return
-        self._heads[key] = int(head)
-        local = self._local.get(int(head))
+        self._heads[key] = head
+        local = self._local.get(head)
         if local is not None:
             local.woken.set()
 
@@ -197,9 +200,7 @@ def queues() -> Queues:
     """Return this process's queues (each process, forked or not, has its own)."""
     global _queues
     if _queues is None:
-        from django.conf import settings
-
-        _queues = Queues(int(settings.SHERDLOCK["WAIT_SLOTS"]))
+        _queues = Queues(knobs().wait_slots)
     return _queues
 
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.conf import settings
 from django.db import connection
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.db.models.functions import Now
@@ -21,24 +20,11 @@ from django.utils import timezone
 
 from clients.models import ApiKey
 from clients.throttling import BucketState, bucket_states
+from common.knobs import knobs
 from locks.models import FailedSelection, Selection, TokenLock
+from locks.sql.wallet import BALANCES
 
 LIST_SIZE = 20
-
-# Per currency: the wallet's unspent tokens and their value, read from the selector's partial
-# index (wallet, currency, id) INCLUDE (quantity), and which of them carry a live or an expired
-# lock (one primary-key probe per token, or one pass over the lock table: the planner picks).
-BALANCES = """
-SELECT t.currency, count(*), sum(t.quantity),
-       count(l.token_id) FILTER (WHERE l.expires_at > now()),
-       coalesce(sum(t.quantity) FILTER (WHERE l.expires_at > now()), 0),
-       count(l.token_id) FILTER (WHERE l.expires_at <= now())
-FROM tokens_token t
-LEFT JOIN locks_tokenlock l ON l.token_id = t.id
-WHERE t.wallet = %s AND t.spent_at IS NULL
-GROUP BY t.currency
-ORDER BY t.currency
-"""
 
 
 @dataclass(frozen=True)
@@ -146,8 +132,7 @@ def live_selections(wallet: str) -> Listed:
     MAX_LEASE_SECONDS (extensions are capped at the latter), so only selections made within
     that window are read, through the created_at index, however long the wallet's history.
     """
-    options = settings.SHERDLOCK
-    window = timedelta(seconds=max(options["LEASE_SECONDS"], options["MAX_LEASE_SECONDS"]))
+    window = timedelta(seconds=max(knobs().lease_seconds, knobs().max_lease_seconds))
     return listed(
         Selection.objects.filter(
             wallet=wallet,

@@ -3,26 +3,35 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.helpers.processes import POOL_SIZE, child_env, database_url
 
+if TYPE_CHECKING:
+    from config.embedded_db import EmbeddedServer
+
+
+# The embedded PostgreSQL server this run started, if any (stopped when the run ends).
+_started: list[EmbeddedServer] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start the embedded PostgreSQL server (unless DATABASE_URL names one) before any test."""
+    from config import local
+
+    server = local.prepare()
+    if server is not None and server.started and not hasattr(config, "workerinput"):
+        _started.append(server)
+
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Stop the embedded PostgreSQL server if this test run started it."""
-    if hasattr(session.config, "workerinput"):
-        return
-    try:
-        from django.conf import settings
+    from config import embedded_db
 
-        server = getattr(settings, "EMBEDDED_DATABASE", None)
-    except Exception:  # settings never configured: nothing was started
-        return
-    if server is not None and server.started:
-        from config import embedded_db
-
-        embedded_db.stop(server.data_dir)
+    while _started:
+        embedded_db.stop(_started.pop().data_dir)
 
 
 @pytest.fixture

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import django_filters
-from django.db.models import QuerySet
 
 from common.filters import IdentifierFilter, StrictChoiceFilter
 from common.rules import CURRENCY_MAX_LENGTH
-from tokens.models import Token
+from tokens.models import Token, TokenQuerySet
 
 BOOLEAN_CHOICES = [("true", "true"), ("false", "false")]
 
@@ -24,5 +23,5 @@ class TokenFilter(django_filters.FilterSet):
         model = Token
         fields = ["wallet", "currency", "spent"]
 
-    def filter_spent(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+    def filter_spent(self, queryset: TokenQuerySet, name: str, value: str) -> TokenQuerySet:
         return queryset.spent() if value == "true" else queryset.unspent()

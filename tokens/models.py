@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import NamedTuple
 
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -26,7 +26,8 @@ class TokenQuerySet(models.QuerySet):
         return self.filter(wallet=wallet, currency=currency)
 
 
-class TokenRow(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class TokenRow:
     """A token as a statement returned it, for an answer: no model instance to build.
 
     The selection and spend answers show a handful of tokens each; building a ``Token`` model

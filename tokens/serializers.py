@@ -113,17 +113,17 @@ class IdentifierField(serializers.CharField):
     }
 
     def __init__(self, path: bool = False, **kwargs) -> None:
-        kwargs.setdefault("max_length", ID_MAX_LENGTH)
+        max_length = kwargs.setdefault("max_length", ID_MAX_LENGTH)
         kwargs.setdefault("trim_whitespace", False)
         super().__init__(**kwargs)
         self.path = path
-        set_override(self, "field", identifier_schema(self.max_length, path=path))
+        set_override(self, "field", identifier_schema(max_length, path=path))
 
     def quick(self, data: object) -> object:
         """The valid value, as ``run_validation`` returns it; otherwise ``SLOW``."""
         if (
             type(data) is str
-            and is_identifier(data, max_length=self.max_length, path=self.path)
+            and is_identifier(data, max_length=self.max_length or ID_MAX_LENGTH, path=self.path)
             and (self.min_length is None or len(data) >= self.min_length)
         ):
             return data

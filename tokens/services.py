@@ -11,7 +11,7 @@ from django.db.models import Q, Sum
 from django.db.models.functions import Coalesce, Now
 
 from sherdlock import SherdlockError
-from tokens import supply
+from tokens import sql
 from tokens.models import Token
 
 
@@ -52,29 +52,6 @@ class TokenSpec:
         )
 
 
-# Insert the new tokens (identical re-sends are skipped) and add what was really inserted to
-# the per-currency supply summary, in one statement: the summary can never see half an issue.
-ISSUE = """
-WITH issued AS (
-    INSERT INTO tokens_token (namespace, tx_id, "index", wallet, currency, quantity)
-    SELECT %s, * FROM unnest(%s::varchar[], %s::integer[], %s::varchar[], %s::varchar[],
-                             %s::numeric[])
-    ON CONFLICT (namespace, tx_id, "index") DO NOTHING
-    RETURNING id, currency, quantity
-),
-added AS (
-{add_supply})
-SELECT id FROM issued
-""".replace("{add_supply}", supply.ADD_RETURNED.format(source="issued"))
-
-# Transaction ids of this batch that name selections of the namespace. (A selection made at
-# the same instant can slip past; its spend then records exactly the outputs it created, so
-# neither ever answers with the other's tokens.)
-SELECTION_TX_IDS = """
-SELECT tx_id FROM locks_selection WHERE namespace = %s AND tx_id = ANY(%s::varchar[])
-"""
-
-
 def issue_tokens(specs: Sequence[TokenSpec], namespace: str = "") -> tuple[list[Token], int]:
     """Create the tokens in one transaction; identical re-sends are no-ops.
 
@@ -87,11 +64,11 @@ def issue_tokens(specs: Sequence[TokenSpec], namespace: str = "") -> tuple[list[
     if not specs:
         return [], 0
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(SELECTION_TX_IDS, [namespace, sorted({s.tx_id for s in specs})])
+        cursor.execute(sql.SELECTION_TX_IDS, [namespace, sorted({s.tx_id for s in specs})])
         if taken := [row[0] for row in cursor.fetchall()]:
             raise TxIdInUse(taken)
         cursor.execute(
-            ISSUE,
+            sql.ISSUE,
             [
                 namespace,
                 [s.tx_id for s in specs],

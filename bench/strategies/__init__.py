@@ -1,9 +1,9 @@
 """The strategies compared: ours and its baselines, each as one replica process runs it.
 
-``ours`` is the shipped selector with the shipped defaults (``config/settings.py``, no
+``ours`` is the shipped selector with the shipped defaults (``common.knobs``, no
 ``SHERDLOCK_*`` variable from the caller's environment), ``ours+listener`` the same with
-``SHERDLOCK_LISTEN=1``. The baselines keep their own SQL and read their knobs from
-``settings.SHERDLOCK``; they run in replicas with ours' environment. ``floor`` is pgbench running
+``SHERDLOCK_LISTEN=1``. The baselines keep their own SQL and read the same knobs
+(``common.knobs``); they run in replicas with ours' environment. ``floor`` is pgbench running
 our own statements, an informational reference outside the replica processes
 (``bench.strategies.floor``); it is not a baseline for the targets.
 """
@@ -84,13 +84,11 @@ def deploy(name: str) -> bool:
     installed (``locks.notifications``); elsewhere they are not, as ``migrate`` leaves them
     for the setting. Return whether they are installed.
     """
-    from django.conf import settings
+    from common.knobs import knobs
 
     value = overrides(name).get("SHERDLOCK_LISTEN")
     listen = (
-        bool(settings.SHERDLOCK.get("LISTEN"))
-        if value is None
-        else value.strip().lower() in ("1", "true", "yes", "on")
+        knobs().listen if value is None else value.strip().lower() in ("1", "true", "yes", "on")
     )
     if importlib.util.find_spec("locks.notifications") is None:
         return True  # an older schema publishes from triggers that are always there

@@ -45,9 +45,7 @@ outputs AS (
 ),{wake}
 SELECT (SELECT count(*) FROM spent), (SELECT count(*) FROM outputs), (SELECT count(*) FROM woken)
 """.format(
-    wake=waiting_sql.WAKE.format(
-        keys="SELECT wallet, %(currency)s::text FROM outputs", when="true"
-    ).rstrip(",")
+    wake=waiting_sql.wake(keys="SELECT wallet, %(currency)s::text FROM outputs", when="true")
 )
 
 

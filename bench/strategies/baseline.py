@@ -1,7 +1,7 @@
 """What the baselines share: settings, fences, release, the supply check and the backoff loop.
 
 The baselines keep their own SQL against the tables (``tokens_token``, ``locks_tokenlock``,
-sequence ``locks_fence_seq``) and read their knobs from ``settings.SHERDLOCK`` directly, so that
+sequence ``locks_fence_seq``) and read the service's knobs (``common.knobs``), so that
 what ours is compared with stays fixed while ours changes.
 """
 
@@ -11,10 +11,10 @@ import random
 import time
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.db import connection
 
 from bench.strategies.base import Picked
+from common.knobs import knobs
 from sherdlock import FundsLocked, InsufficientFunds, WalletKey
 
 NEXT_FENCE = "SELECT nextval('locks_fence_seq')"
@@ -57,16 +57,16 @@ class Knobs:
 
     @classmethod
     def from_settings(cls) -> Knobs:
-        """Read the knobs from ``settings.SHERDLOCK``."""
-        o = settings.SHERDLOCK
+        """Read the knobs the service reads (``common.knobs``)."""
+        o = knobs()
         return cls(
-            lease=float(o["LEASE_SECONDS"]),
-            fetch_limit=int(o["FETCH_LIMIT"]),
-            max_retries=int(o["MAX_RETRIES"]),
-            cache_ttl=float(o["CACHE_TTL"]),
-            backoff_attempts=int(o["BACKOFF_ATTEMPTS"]),
-            backoff_min=float(o["BACKOFF_MIN"]),
-            backoff_max=float(o["BACKOFF_MAX"]),
+            lease=o.lease_seconds,
+            fetch_limit=o.fetch_limit,
+            max_retries=o.max_retries,
+            cache_ttl=o.cache_ttl,
+            backoff_attempts=o.backoff_attempts,
+            backoff_min=o.backoff_min,
+            backoff_max=o.backoff_max,
         )
 
     @property

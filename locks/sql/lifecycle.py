@@ -13,7 +13,7 @@ Composed with ``str.format`` at import, like ``locking``.
 from __future__ import annotations
 
 from common.sql import ASYNC_COMMIT
-from locks.sql.waiting import WAKE
+from locks.sql.waiting import wake
 
 # The caller's selection, row-locked. A selection outside the key's wallets is not found.
 SELECTION = """
@@ -157,9 +157,7 @@ SELECT (SELECT value FROM verdict) AS verdict,
     columns=SELECTION_COLUMNS,
     stored_outputs=STORED_OUTPUTS,
     # The outputs may free funds where requests wait: wake those queues' heads.
-    wake=WAKE.format(
-        keys="SELECT wallet, currency FROM asked", when="(SELECT value FROM verdict) = 'ok'"
-    ).rstrip(","),
+    wake=wake(keys="SELECT wallet, currency FROM asked", when="(SELECT value FROM verdict) = 'ok'"),
 )
 
 # Unlock the selection's tokens and record it released; repeating it changes nothing. Only
@@ -237,9 +235,7 @@ def _lease_statement(template: str, durable: bool) -> str:
         selection=SELECTION.format(after="" if durable else ", commit_mode"),
         columns=SELECTION_COLUMNS,
         # Released funds may be what requests of the key wait for: wake that queue's head.
-        wake=WAKE.format(
-            keys="SELECT wallet, currency FROM sel", when="EXISTS (SELECT FROM freed)"
-        ).rstrip(","),
+        wake=wake(keys="SELECT wallet, currency FROM sel", when="EXISTS (SELECT FROM freed)"),
     )
 
 

@@ -10,8 +10,9 @@ it. Two rules keep them from deadlocking with each other, with spends and with r
   take over, or one committed after its snapshot) waits for that row, and an unlock or release
   deletes several rows; both go through them in ascending token id.
 
-Statements are composed from the fragments below with ``str.format`` only, once, at import.
-Parameters are typed in the SQL, so one prepared statement serves every call.
+Statements are composed from the fragments below with ``str.format`` only, once, at import
+(see ``locks.sql``). Parameters are typed in the SQL, so one prepared statement serves every
+call.
 """
 
 from __future__ import annotations
@@ -104,13 +105,13 @@ won AS MATERIALIZED (
 RECORDED = """
 recorded AS (
     INSERT INTO locks_selection (namespace, tx_id, wallet, currency, quantity, total, fence,
-                                 token_ids, output_ids, status, created_at, expires_at)
+                                 token_ids, output_ids, status, created_at, expires_at{named_col})
     SELECT %(namespace)s::text, %(tx_id)s::text, %(wallet)s::text, %(currency)s::text,
            %(quantity)s::numeric,
            %(held_total)s::numeric + coalesce(sum(w.quantity), 0), (SELECT value FROM fence),
            %(held_ids)s::bigint[] || coalesce(array_agg(w.id ORDER BY w.id), ARRAY[]::bigint[]),
            ARRAY[]::bigint[], 'locked', clock_timestamp(),
-           least(min(w.expires_at), %(held_expiry)s::timestamptz)
+           least(min(w.expires_at), %(held_expiry)s::timestamptz){named_value}
     FROM won w
     HAVING %(held_total)s::numeric + coalesce(sum(w.quantity), 0) >= %(quantity)s::numeric
     ON CONFLICT (namespace, tx_id) DO NOTHING
@@ -118,13 +119,13 @@ recorded AS (
 ),"""
 
 # What the statement returns: one row. Granted tokens (with their identity, for responses),
-# whether the gate was open and what was recorded; the fetch adds its own columns.
+# whether the gate was open and what was recorded; the fetch adds its own columns first.
 RESULT = """
 SELECT (SELECT value FROM fence) AS fence,
        (SELECT array_agg(id ORDER BY id) FROM won) AS granted_ids,
        (SELECT array_agg(quantity ORDER BY id) FROM won) AS granted_quantities,
        (SELECT min(expires_at) FROM won) AS expires_at,
-       {extra}"""
+       {fetched}{outcome}"""
 RESULT_PLAIN = "true AS open, NULL::bigint AS recorded_id, NULL AS recorded_at, NULL AS tokens"
 RESULT_RECORDED = """{open} AS open,
        (SELECT id FROM recorded) AS recorded_id,
@@ -233,43 +234,35 @@ candidates AS MATERIALIZED (
           ORDER BY t.quantity {direction}, tie
           LIMIT %(limit)s::int) batch
 ),"""
-FETCH_AFTER_BATCH = FETCH_CHOICE[FETCH_CHOICE.index("\nseen AS") :]
-FETCH_ORDERED_CHOICE: dict[str, str] = {
-    order: ORDERED_BATCH.replace("{direction}", direction) + FETCH_AFTER_BATCH
-    for order, direction in (("ascending", "ASC"), ("descending", "DESC"))
-}
+FETCH_ORDERED_CHOICE = ORDERED_BATCH + FETCH_CHOICE[FETCH_CHOICE.index("\nseen AS") :]
+DIRECTIONS = {"ascending": "ASC", "descending": "DESC"}
 
 # The window of a choosing strategy (exact, consolidate), read without locking anything: up to
 # %(smallest)s of the smallest free tokens of the wallet and up to %(largest)s of the largest
 # not above %(cap)s (any, when NULL), ties in random order. The selector chooses a set from it
 # and locks that with the try-lock statement, which re-checks every token.
-CANDIDATES = f"""
+CANDIDATES = """
 WITH smallest AS (
     SELECT t.id, t.quantity FROM tokens_token t
-    WHERE {UNSPENT_OF_KEY} AND {FREE}
+    WHERE {unspent_of_key} AND {free}
     ORDER BY t.quantity, random()
     LIMIT %(smallest)s::int
 ),
 largest AS (
     SELECT t.id, t.quantity FROM tokens_token t
-    WHERE {UNSPENT_OF_KEY} AND {FREE}
+    WHERE {unspent_of_key} AND {free}
       AND (%(cap)s::numeric IS NULL OR t.quantity <= %(cap)s::numeric)
     ORDER BY t.quantity DESC, random()
     LIMIT %(largest)s::int
 ),
 seen AS (SELECT id, quantity FROM smallest UNION SELECT id, quantity FROM largest)
 SELECT array_agg(id ORDER BY id), array_agg(quantity ORDER BY id) FROM seen
-"""
+""".format(unspent_of_key=UNSPENT_OF_KEY, free=FREE)
 
-# The selection row of a selection made by a strategy other than the default: the same row,
-# naming its strategy (the default one leaves the column to its default, 'random').
-RECORDED_STRATEGY = RECORDED.replace(
-    "status, created_at, expires_at)", "status, created_at, expires_at, strategy)"
-).replace(
-    "least(min(w.expires_at), %(held_expiry)s::timestamptz)",
-    "least(min(w.expires_at), %(held_expiry)s::timestamptz), %(strategy)s::text",
-)
-assert RECORDED_STRATEGY.count("strategy") == 2
+# The selection row of a selection made by a strategy other than the default names it (the
+# default's leaves the column to its default, 'random').
+RECORDED_STRATEGY = {"named_col": ", strategy", "named_value": ", %(strategy)s::text"}
+RECORDED_DEFAULT = {"named_col": "", "named_value": ""}
 
 
 @dataclass(frozen=True)
@@ -283,26 +276,38 @@ class LockStatement:
     strategy: bool = False  # record: name the strategy on the selection row
 
 
+# A locking statement: its CTEs in this order (a variant leaves out the ones it does without),
+# the last one's comma dropped, then the result row.
+LOCK = "WITH{ctes}\n{result}"
+LOCK_CTES = "{commit_mode}{fence}{gate}{choice}{wanted}{granted}{recorded}"
+
+
+def _choice(variant: LockStatement) -> str:
+    if not variant.fetch:
+        return TRY_LOCK_CHOICE
+    return FETCH_CHOICE if variant.order == "random" else FETCH_ORDERED_CHOICE
+
+
 def _compose(variant: LockStatement) -> str:
     """Assemble one locking statement from the fragments."""
-    gated = f"\n      AND {OPEN}" if variant.record else ""
+    gated = "\n      AND {open}".format(open=OPEN) if variant.record else ""
     fill = {"unspent_of_key": UNSPENT_OF_KEY, "free": FREE, "gated": gated, "open": OPEN}
-    ctes = ("" if variant.durable else ASYNC_COMMIT) + FENCE.format(
-        after="" if variant.durable else AFTER_COMMIT_MODE
+    ctes = LOCK_CTES.format(
+        commit_mode="" if variant.durable else ASYNC_COMMIT,
+        fence=FENCE.format(after="" if variant.durable else AFTER_COMMIT_MODE),
+        gate=GATE if variant.record else "",
+        choice=_choice(variant).format(**fill, direction=DIRECTIONS.get(variant.order, "")),
+        wanted=WANTED.format(**fill),
+        granted=GRANTED,
+        recorded=RECORDED.format(**(RECORDED_STRATEGY if variant.strategy else RECORDED_DEFAULT))
+        if variant.record
+        else "",
     )
-    if variant.record:
-        ctes += GATE
-    choice = FETCH_CHOICE if variant.fetch else TRY_LOCK_CHOICE
-    if variant.fetch and variant.order != "random":
-        choice = FETCH_ORDERED_CHOICE[variant.order]
-    ctes += choice.format(**fill)
-    ctes += WANTED.format(**fill) + GRANTED
-    if variant.record:
-        ctes += RECORDED_STRATEGY if variant.strategy else RECORDED
-    extra = (FETCH_EXTRA.format(**fill) if variant.fetch else "") + (
-        RESULT_RECORDED.format(**fill) if variant.record else RESULT_PLAIN
+    result = RESULT.format(
+        fetched=FETCH_EXTRA.format(**fill) if variant.fetch else "",
+        outcome=RESULT_RECORDED.format(**fill) if variant.record else RESULT_PLAIN,
     )
-    return "WITH" + ctes.rstrip(",") + "\n" + RESULT.format(extra=extra)
+    return LOCK.format(ctes=ctes.rstrip(","), result=result)
 
 
 def _variants() -> Iterator[LockStatement]:

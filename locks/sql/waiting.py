@@ -7,7 +7,8 @@ only if the key has waiters: with nobody waiting the statements send nothing (a 
 commit is serialised with every other one). Joining and leaving the queue notify too, so every
 process knows each queue's head. Payload: ``{"wallet": w, "currency": c, "head": id | null}``.
 Queue statements are committed asynchronously (``common.sql.ASYNC_COMMIT``): a crash of the
-database ends every wait anyway.
+database ends every wait anyway. Composed with ``str.format`` at import, like ``locking``; the
+statements that free funds take their ``woken`` CTE from ``wake``.
 """
 
 from __future__ import annotations
@@ -23,16 +24,21 @@ NOTIFY_HEAD = """pg_notify('sherdlock_wake', json_build_object(
 
 # A CTE that wakes the heads of the keys listed by {keys} (a query of (wallet, currency) rows),
 # those that have live waiters, once {when} holds. Statements read it (a CTE nobody reads is
-# never run) as (SELECT count(*) FROM woken).
+# never run) as (SELECT count(*) FROM woken), and place it last: it ends without a comma.
 WAKE = """
 woken AS (
     SELECT {notify}
     FROM locks_waiter w
     WHERE (w.wallet, w.currency) IN ({keys}) AND w.expires_at > now() AND ({when})
     GROUP BY w.wallet, w.currency
-),""".replace(
-    "{notify}", NOTIFY_HEAD.format(wallet="w.wallet", currency="w.currency", head="min(w.id)")
-)
+)"""
+WAKE_NOTIFY = NOTIFY_HEAD.format(wallet="w.wallet", currency="w.currency", head="min(w.id)")
+
+
+def wake(keys: str, when: str) -> str:
+    """Return the ``woken`` CTE for the keys listed by ``keys``, run once ``when`` holds."""
+    return WAKE.format(notify=WAKE_NOTIFY, keys=keys, when=when)
+
 
 # Join the queue of a key until a deadline; answer the waiter's id and the queue's head (the
 # new row is not yet visible to this statement's own reads, hence the least()).

@@ -106,23 +106,20 @@ def throwaway_database() -> Iterator[Database]:
 def seed(db: Database, wallets: list[str], tokens: int, quantity: int = 10) -> str:
     """Issue ``tokens`` tokens to each wallet; return an API key for the wallets.
 
-    Through ``manage.py shell`` on the throwaway database: this process's Django connection
-    belongs to the test database.
+    In a process of its own (``tests.workers.load_seed``) on the throwaway database: this
+    process's Django connection belongs to the test database.
     """
-    code = (
-        "from decimal import Decimal\n"
-        "from clients.models import ApiKey\n"
-        "from tokens.models import Token\n"
-        f"wallets = {wallets!r}\n"
-        f"Token.objects.bulk_create(Token(tx_id=f'mint-{{w}}', index=i, wallet=w, "
-        f"currency='USD', quantity=Decimal({quantity})) for w in wallets for i in "
-        f"range({tokens}))\n"
-        "_, raw = ApiKey.objects.create_key(name='load', wallets=wallets, can_select=True, "
-        "can_issue=True)\n"
-        "print(raw)\n"
-    )
     result = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", code],
+        [
+            sys.executable,
+            "-m",
+            "tests.workers.load_seed",
+            *wallets,
+            "--tokens",
+            str(tokens),
+            "--quantity",
+            str(quantity),
+        ],
         cwd=ROOT,
         env=child_env(db.url),
         capture_output=True,
@@ -140,7 +137,7 @@ def start_load(
         [
             sys.executable,
             "-m",
-            "tests.e2e.load_client",
+            "tests.workers.load_client",
             "--base",
             base,
             "--key",

@@ -38,7 +38,7 @@ def run_replicas(
             [
                 sys.executable,
                 "-m",
-                "tests.e2e.replica_worker",
+                "tests.workers.replica",
                 "--out",
                 str(out),
                 "--go",

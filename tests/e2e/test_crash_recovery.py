@@ -28,26 +28,6 @@ LEASE = 2  # seconds, for the replicas started here
 TOKEN_QUANTITY = 10
 WAIT = 30.0
 
-# A replica: select (lease LEASE), report what it holds, then either hang until killed ("hold")
-# or spend everything to bob ("spend") and exit.
-REPLICA = """
-import json, os, sys, time
-import django
-django.setup()
-from locks.services import select_tokens, spend_selection
-from tokens.services import TokenSpec
-tx_id, wallet, quantity, mode, report = sys.argv[1:6]
-selection, _ = select_tokens(tx_id, wallet, "USD", int(quantity))
-if mode == "spend":
-    spend_selection(tx_id, [TokenSpec(tx_id, 0, "bob", "USD", int(selection.total))])
-held = {"pid": os.getpid(), "fence": selection.fence, "tokens": selection.token_ids}
-with open(report + ".tmp", "w") as out:
-    json.dump(held, out)
-os.replace(report + ".tmp", report)  # appears whole or not at all
-if mode == "hold":
-    time.sleep(600)
-"""
-
 
 @pytest.fixture(autouse=True)
 def own_replica():
@@ -59,9 +39,15 @@ def own_replica():
 def start_replica(
     env: dict[str, str], tmp_path: Path, tx_id: str, wallet: str, quantity: int, mode: str
 ) -> tuple[subprocess.Popen, Path]:
+    """Start a replica (``tests.workers.holding_replica``) with leases of LEASE seconds."""
     report = tmp_path / f"{tx_id}.json"
     process = subprocess.Popen(
-        [sys.executable, "-c", REPLICA, tx_id, wallet, str(quantity), mode, str(report)],
+        [
+            sys.executable,
+            "-m",
+            "tests.workers.holding_replica",
+            *(tx_id, wallet, str(quantity), mode, str(report)),
+        ],
         cwd=ROOT,
         env={**env, "SHERDLOCK_LEASE_SECONDS": str(LEASE)},
         stdout=subprocess.DEVNULL,

@@ -1,6 +1,6 @@
 """Faults under load: SIGKILLed gunicorn workers and clients, PostgreSQL restarted mid-load.
 
-gunicorn and several load processes (tests/e2e/load_client.py) run against a throwaway
+gunicorn and several load processes (tests/workers/load_client.py) run against a throwaway
 PostgreSQL. Whatever is killed or restarted: value is conserved, no token is spent twice, no
 two selections hold a token at once, no lock outlives its lease, the only 5xx is 503
 database_unavailable while the database is down, and once it answers again every request

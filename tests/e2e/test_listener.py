@@ -1,18 +1,17 @@
 """Replica caches kept current by LISTEN/NOTIFY, across OS processes.
 
 The test process is one replica (``locks.replica``, listener on); a child process driven over
-its stdin/stdout is the other. Every wait polls with a deadline.
+its stdin/stdout is the other (``tests.workers.remote_replica``). Every wait polls with a
+deadline.
 """
 
 from __future__ import annotations
 
 import json
-import select
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from decimal import Decimal
 
 import psycopg
@@ -25,102 +24,9 @@ from locks.listener import CacheListener
 from sherdlock import TokenCache, WalletKey
 from tests.e2e.test_contention import assert_books_balance, assert_never_held_twice, run_replicas
 from tests.factories import make_tokens
-from tests.helpers.processes import ROOT
+from tests.helpers.processes import ROOT, WAIT, wait_for
+from tests.workers.remote_replica import RemoteReplica
 from tokens.services import TokenSpec, issue_tokens
-
-WAIT = 20.0  # seconds any awaited change may take before the test fails
-
-# A replica under remote control: one JSON command per stdin line, one JSON reply per line.
-WORKER = """
-import json, sys
-import django
-django.setup()
-from django.db import transaction
-from django.utils import timezone
-from locks import notifications, replica
-from sherdlock import WalletKey
-from tokens.models import Token
-
-selector = replica.get_selector()
-listener = replica.get_listener()
-if listener is not None and not listener.wait_connected(30):
-    sys.exit("the listener never connected")
-held = {}
-
-def handle(cmd):
-    op = cmd["op"]
-    if op == "select":
-        selection = selector.select(cmd["tx"], cmd["wallet"], "USD", cmd["quantity"])
-        held[cmd["tx"]] = selection
-        s = selection.stats
-        return {"tokens": list(selection.token_ids), "fetches": s.fetches,
-                "lock_attempts": s.lock_attempts, "lock_conflicts": s.lock_conflicts}
-    if op == "release":
-        return {"released": selector.release(held.pop(cmd["tx"]))}
-    if op == "spend":  # pay cmd["pay"] away, the change back to the same wallet
-        selection = held.pop(cmd["tx"])
-        with transaction.atomic():
-            Token.objects.filter(pk__in=selection.token_ids).update(
-                spent_by=selection.tx_id, spent_at=timezone.now())
-            change = Token.objects.create(
-                tx_id=selection.tx_id, index=0, wallet=selection.key.wallet, currency="USD",
-                quantity=selection.total - cmd["pay"])
-        selector.forget(selection.token_ids, selection.key)
-        return {"change": change.pk}
-    if op == "peek":
-        key = WalletKey(cmd["wallet"], "USD")
-        return {"tokens": [[c.token_id, c.quantity] for c in selector.cache.peek(key)]}
-    raise ValueError(op)
-
-print(json.dumps({"listening": listener is not None}), flush=True)
-for line in sys.stdin:
-    try:
-        reply = handle(json.loads(line))
-    except Exception as exc:
-        reply = {"error": repr(exc)}
-    print(json.dumps(reply), flush=True)
-"""
-
-
-class Worker:
-    """A replica in a child process, driven one command at a time."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", WORKER],
-            cwd=ROOT,
-            env=env,
-            text=True,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        self.hello = self._read()
-
-    def _read(self) -> dict:
-        ready, _, _ = select.select([self.process.stdout], [], [], WAIT * 3)
-        line = self.process.stdout.readline() if ready else ""
-        if not line:
-            self.process.kill()
-            pytest.fail(f"worker gave no answer: {self.process.stderr.read()[-3000:]}")
-        reply = json.loads(line)
-        assert "error" not in reply, reply["error"]
-        return reply
-
-    def __call__(self, op: str, **args: object) -> dict:
-        self.process.stdin.write(json.dumps({"op": op, **args}) + "\n")
-        self.process.stdin.flush()
-        return self._read()
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        try:
-            self.process.wait(timeout=WAIT)
-        finally:
-            if self.process.poll() is None:
-                self.process.kill()
-            self.process.stdout.close()
-            self.process.stderr.close()
 
 
 @pytest.fixture(autouse=True)
@@ -133,10 +39,10 @@ def publishing(transactional_db):
 
 @pytest.fixture
 def start_worker(subprocess_env):
-    workers: list[Worker] = []
+    workers: list[RemoteReplica] = []
 
-    def start(**env: str) -> Worker:
-        worker = Worker({**subprocess_env, "SHERDLOCK_LISTEN": "1", **env})
+    def start(**env: str) -> RemoteReplica:
+        worker = RemoteReplica({**subprocess_env, "SHERDLOCK_LISTEN": "1", **env})
         workers.append(worker)
         return worker
 
@@ -155,15 +61,6 @@ def local(transactional_db, settings):
     assert listener is not None and listener.wait_connected(WAIT)
     yield selector, listener
     replica.reset()
-
-
-def wait_for(predicate: Callable[[], object], what: str, timeout: float = WAIT) -> object:
-    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-    return value
 
 
 def queued(selector, wallet: str) -> dict[int, int]:
@@ -311,59 +208,13 @@ def test_stopping_closes_the_listening_session(local):
     wait_for(lambda: sessions() == 0, "the session to end")
 
 
-FORK = """
-import json, os, sys, time
-import django
-django.setup()
-from locks import notifications, replica
-from sherdlock import WalletKey
-from tokens.services import TokenSpec, issue_tokens
-
-selector = replica.get_selector()
-parent = replica.get_listener()
-assert parent.wait_connected(30)
-before = parent.backend_pid
-selector.select("parent-1", "f", "USD", 1)  # a queue for "f", so news about it is kept
-
-def child(use_selector):
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read)
-        report = {"inherited": replica.get_listener() is not None}
-        if use_selector:
-            replica.get_selector()
-            mine = replica.get_listener()
-            report.update(connected=mine.wait_connected(30), backend=mine.backend_pid)
-        os.write(write, json.dumps(report).encode())
-        sys.exit(0)  # runs the exit hook inherited from the parent
-    os.close(write)
-    report = json.loads(os.read(read, 4096))
-    os.waitpid(pid, 0)
-    return report
-
-first, second = child(True), child(False)
-(issued,), _ = issue_tokens([TokenSpec("fork", 0, "f", "USD", 5)])
-deadline = time.monotonic() + 30
-key = WalletKey("f", "USD")
-while issued.pk not in {c.token_id for c in selector.cache.peek(key)}:
-    if time.monotonic() > deadline:
-        break
-    time.sleep(0.02)
-print(json.dumps({"first": first, "second": second, "before": before,
-                  "after": parent.backend_pid, "connected": parent.connected,
-                  "reconnects": parent.stats.reconnects,
-                  "heard": issued.pk in {c.token_id for c in selector.cache.peek(key)}}))
-"""
-
-
 def test_a_forked_worker_gets_its_own_listener_and_leaves_the_parents_alone(
     transactional_db, subprocess_env
 ):
     make_tokens(2, wallet="f", quantity=1)
     env = {**subprocess_env, "SHERDLOCK_LISTEN": "1"}
     result = subprocess.run(
-        [sys.executable, "-c", FORK],
+        [sys.executable, "-m", "tests.workers.forking_replica"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -407,18 +258,9 @@ def test_hot_wallet_replicas_with_listeners_never_double_spend(tmp_path, subproc
 
 def test_loading_the_apps_starts_no_listener(subprocess_env):
     # Management commands and Celery workers load every app but never select.
-    probe = (
-        "import threading, django\n"
-        "django.setup()\n"
-        "from django.core.management import call_command\n"
-        "call_command('check', verbosity=0)\n"
-        "from locks import replica\n"
-        "print(replica.get_listener() is None,"
-        " any(t.name == 'sherdlock-listener' for t in threading.enumerate()))\n"
-    )
     env = {**subprocess_env, "SHERDLOCK_LISTEN": "1"}  # even where replicas would listen
     result = subprocess.run(
-        [sys.executable, "-c", probe],
+        [sys.executable, "-m", "tests.workers.app_loader"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -25,10 +25,10 @@ from tests.e2e.test_contention import (
     outcomes,
     run_replicas,
 )
-from tests.e2e.test_listener import Worker, wait_for
 from tests.factories import make_lock, make_token, make_tokens
-from tests.helpers.processes import POOL_SIZE, ROOT
+from tests.helpers.processes import POOL_SIZE, ROOT, wait_for
 from tests.integration.test_housekeeping import holder_has_gone
+from tests.workers.remote_replica import RemoteReplica
 from tokens.services import TokenSpec, issue_tokens
 
 
@@ -122,7 +122,7 @@ def test_replicas_through_the_pool_across_wallets(tmp_path, pooled_env):
 def test_a_pooled_replica_hears_changes_on_its_direct_session(pooled_env, publishing):
     """Through the pool a LISTEN would hear nothing: the listener connects directly."""
     make_tokens(2, wallet="w", quantity=1)
-    worker = Worker({**pooled_env, "SHERDLOCK_LISTEN": "1"})
+    worker = RemoteReplica({**pooled_env, "SHERDLOCK_LISTEN": "1"})
     try:
         assert worker.hello["listening"]
         worker("select", tx="a-1", wallet="w", quantity=1)  # warms its cache

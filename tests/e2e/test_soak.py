@@ -1,9 +1,10 @@
 """Soak: gunicorn under steady load, as ``make bench`` drives its HTTP path, must not grow.
 
-Two workers, two load processes selecting then spending or releasing (tests/e2e/load_client.py)
-on the test database. Each worker's resident memory is sampled after a warm-up and again at
-the end: it grows by less than 10 %, every answer is a success or a healthy refusal, and the
-workers that started are the ones that finish. ``-m slow`` runs ten minutes.
+Two workers, two load processes selecting then spending or releasing
+(tests/workers/load_client.py) on the test database. Each worker's resident memory is sampled
+after a warm-up and again at the end: it grows by less than 10 %, every answer is a success or
+a healthy refusal, and the workers that started are the ones that finish. ``-m slow`` runs ten
+minutes.
 """
 
 from __future__ import annotations

@@ -1,16 +1,24 @@
-"""Reaching the test database from other processes: its URL and a child's environment."""
+"""Other processes: the test database's URL, a child's environment, waiting for news."""
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import quote
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the project
 
 # Server sessions the test PgBouncer lends out per database, fewer than the replica processes
 # the pooled tests start: clients must wait their turn for a session, as at scale.
 POOL_SIZE = 10
+
+# Seconds any change awaited from another process may take before the test fails.
+WAIT = 20.0
 
 
 def database_url(settings_dict: dict) -> str:
@@ -30,3 +38,12 @@ def child_env(db_url: str) -> dict[str, str]:
     env["DJANGO_SETTINGS_MODULE"] = "config.settings"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
+
+
+def wait_for(predicate: Callable[[], T], what: str, timeout: float = WAIT) -> T:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+    return value

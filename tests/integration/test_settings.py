@@ -1,11 +1,14 @@
-"""Configuration: PostgreSQL only, from the environment."""
+"""Configuration: PostgreSQL only, from the environment; importing it starts nothing; the knobs."""
 
+import dataclasses
 import subprocess
 import sys
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
+from common.knobs import Knobs, knobs
+from config import embedded_db
 from config.settings import (
     database_pooling,
     database_settings,
@@ -133,3 +136,124 @@ def test_a_process_refuses_transaction_pooling_without_a_direct_url():
     result = _setup(DATABASE_URL="postgres://u@127.0.0.1:1/prod", DATABASE_POOLING="transaction")
     assert result.returncode != 0
     assert "needs DATABASE_DIRECT_URL" in result.stderr
+
+
+# -- importing the settings starts nothing ------------------------------------------------------
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={"DJANGO_SETTINGS_MODULE": "config.settings", "PATH": "/usr/bin:/bin", **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_importing_the_settings_starts_and_writes_nothing(tmp_path):
+    data = tmp_path / "data"
+    result = _python(
+        "import django; django.setup(); from django.conf import settings;"
+        " print(settings.DATABASES['default']['HOST']); print(settings.EMBEDDED_DATABASE_DIR)",
+        SHERDLOCK_DATA_DIR=str(data),
+    )
+    assert result.returncode == 0, result.stderr
+    host, embedded = result.stdout.split()
+    # The embedded server's address follows from its data directory, which nothing created.
+    assert (host, embedded) == (str(data / "postgres-run"), str(data / "postgres"))
+    assert not data.exists()
+
+
+def test_the_generated_secret_key_is_written_at_first_use_and_shared(tmp_path):
+    data = tmp_path / "data"
+    read = (
+        "import django; django.setup(); from django.conf import settings;"
+        " print(settings.SECRET_KEY)"
+    )
+    first, second = (_python(read, SHERDLOCK_DATA_DIR=str(data)) for _ in range(2))
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    assert first.stdout == second.stdout and len(first.stdout.strip()) >= 50
+    assert (data / "secret_key").stat().st_mode & 0o777 == 0o600
+    assert _python(read, SHERDLOCK_DATA_DIR=str(data), SECRET_KEY="given").stdout == "given\n"
+
+
+def test_every_process_finds_a_long_data_directory_s_socket_in_the_same_place(tmp_path):
+    long = tmp_path / ("d" * 90) / "postgres"
+    here = embedded_db.EmbeddedServer.at(long).socket_dir
+    there = _python(
+        "from config import embedded_db;"
+        f" print(embedded_db.EmbeddedServer.at({str(long)!r}).socket_dir)"
+    )
+    assert there.stdout.strip() == str(here) and len(str(here)) < 40
+
+
+# -- the knobs ----------------------------------------------------------------------------------
+
+
+def test_unset_knobs_keep_their_defaults():
+    assert Knobs.from_environ({}) == Knobs.from_mapping({}) == Knobs()
+    assert Knobs.from_mapping(Knobs().setting()) == Knobs()
+    assert (Knobs().fetch_limit, Knobs().lease_seconds, Knobs().listen) == (64, 60.0, False)
+
+
+def test_knobs_are_read_and_typed_from_the_environment():
+    read = Knobs.from_environ(
+        {
+            "SHERDLOCK_FETCH_LIMIT": "32",
+            "SHERDLOCK_LEASE_SECONDS": "7.5",
+            "SHERDLOCK_LISTEN": "on",
+            "SHERDLOCK_PREPARE_THRESHOLD": "off",
+        }
+    )
+    assert (read.fetch_limit, read.lease_seconds, read.listen) == (32, 7.5, True)
+    assert read.prepare_threshold is None
+
+
+@pytest.mark.parametrize(
+    "variable,value,message",
+    [
+        ("SHERDLOCK_FETCH_LIMIT", "0", "FETCH_LIMIT=0 .*at least 1"),
+        ("SHERDLOCK_FETCH_LIMIT", "many", "SHERDLOCK_FETCH_LIMIT='many': must be a whole number"),
+        ("SHERDLOCK_MAX_RETRIES", "-1", "MAX_RETRIES=-1 .*not be negative"),
+        ("SHERDLOCK_CACHE_TTL", "0", "CACHE_TTL=0.0 .*positive"),
+        ("SHERDLOCK_LEASE_SECONDS", "inf", "finite"),
+        ("SHERDLOCK_LEASE_SECONDS", "900", "MAX_LEASE_SECONDS=600.0 .*at least LEASE_SECONDS"),
+        ("SHERDLOCK_BACKOFF_MIN", "0.1", "BACKOFF_MAX=0.05 .*at least BACKOFF_MIN"),
+        ("SHERDLOCK_LISTEN", "maybe", "SHERDLOCK_LISTEN='maybe': use one of"),
+        ("SHERDLOCK_HOUSEKEEPING_INTERVAL_SECONDS", "2.5", "whole number"),
+    ],
+)
+def test_bad_knobs_are_refused_naming_the_variable(variable, value, message):
+    with pytest.raises(ImproperlyConfigured, match=message):
+        Knobs.from_environ({variable: value})
+
+
+def test_a_process_refuses_to_start_with_a_bad_knob():
+    result = _python("import django; django.setup()", SHERDLOCK_FETCH_LIMIT="0")
+    assert result.returncode != 0
+    assert "FETCH_LIMIT=0 (SHERDLOCK_FETCH_LIMIT): must be at least 1" in result.stderr
+
+
+def test_the_settings_mapping_is_checked_when_read(settings):
+    settings.SHERDLOCK = {"LEASE_SECONDS": 7}  # the rest keep their defaults
+    assert knobs() == Knobs(lease_seconds=7.0)
+    settings.SHERDLOCK = {"LEASE_SECONDS": 0}
+    with pytest.raises(ImproperlyConfigured, match=r"LEASE_SECONDS=0.0 .*positive"):
+        knobs()
+    settings.SHERDLOCK = {"LEASE_SECOND": 7}
+    with pytest.raises(ImproperlyConfigured, match=r"unknown knob.*LEASE_SECOND"):
+        knobs()
+    settings.SHERDLOCK = {"LISTEN": 1}
+    with pytest.raises(ImproperlyConfigured, match=r"SHERDLOCK\['LISTEN'\]=1"):
+        knobs()
+
+
+def test_replacing_the_settings_mapping_is_seen_at_once(settings):
+    settings.SHERDLOCK = {**settings.SHERDLOCK, "FETCH_LIMIT": 3}
+    assert knobs().fetch_limit == 3
+    settings.SHERDLOCK = {**settings.SHERDLOCK, "FETCH_LIMIT": 4}
+    assert knobs().fetch_limit == 4
+    settings.SHERDLOCK = dataclasses.replace(knobs(), fetch_limit=5)
+    assert knobs().fetch_limit == 5

@@ -12,7 +12,7 @@ class Command(DatabaseCommand):
     help = (
         "Remove expired locks, the locks of spent tokens and idle rate-limit buckets once, "
         "in batches (what the 'Lock housekeeping' periodic task does). Defaults come from "
-        "settings.SHERDLOCK."
+        "the SHERDLOCK_HOUSEKEEPING_* settings."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -54,6 +54,7 @@ class Command(DatabaseCommand):
                 )
             )
             return
+        assert run.finished_at is not None  # a pass that returns has finished; a failed one raised
         seconds = (run.finished_at - run.started_at).total_seconds()
         self.stdout.write(
             self.style.SUCCESS(

@@ -51,6 +51,7 @@ def test_request_bodies_errors_and_the_key_scheme_are_documented(schema):
     select = schema["paths"]["/api/v1/selections/"]["post"]
     body = select["requestBody"]["content"]["application/json"]["schema"]["$ref"]
     assert body.endswith("/SelectRequestByStrategy")
+    assert select["requestBody"]["required"] is True  # every shape requires fields
     shapes = schema["components"]["schemas"]["SelectRequestByStrategy"]["oneOf"]
     assert [shape["$ref"].rsplit("/", 1)[1] for shape in shapes] == [
         "SelectRequest",

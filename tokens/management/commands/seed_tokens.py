@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from common.commands import DatabaseCommand
 from common.rules import CURRENCY_MAX_LENGTH
-from tokens import supply
+from tokens import sql, supply
 from tokens.models import MAX_QUANTITY
 
 CHUNK = 50_000
@@ -83,8 +83,7 @@ class Command(DatabaseCommand):
         # joins the supply summary in the same transaction.
         totals: dict[str, int] = {}
         with transaction.atomic(), connection.cursor() as cursor:
-            copy_sql = 'COPY tokens_token (tx_id, "index", wallet, currency, quantity) FROM STDIN'
-            with cursor.cursor.copy(copy_sql) as copy:
+            with cursor.cursor.copy(sql.COPY_TOKENS) as copy:
                 for row in rows:
                     copy.write_row(row)
                     totals[row[3]] = totals.get(row[3], 0) + row[4]

@@ -1,6 +1,6 @@
 """One replica process for the contention tests: select, hold, then spend or release.
 
-Run as ``python -m tests.e2e.replica_worker --out FILE ...`` with ``DATABASE_URL`` set. Every
+Run as ``python -m tests.workers.replica --out FILE ...`` with ``DATABASE_URL`` set. Every
 outcome is written as a JSON line; held intervals use CLOCK_MONOTONIC, which is one clock for
 every process on the machine, so the test can check that no token was held twice at once.
 """

@@ -1,7 +1,7 @@
 """An HTTP load process for the fault and soak tests: select, then spend or release, repeatedly.
 
-Run as ``python -m tests.e2e.load_client --base URL --key KEY --out FILE ...``. Each request is
-written as a JSON line (CLOCK_MONOTONIC start and end, status, code), so the test can tell
+Run as ``python -m tests.workers.load_client --base URL --key KEY --out FILE ...``. Each request
+is written as a JSON line (CLOCK_MONOTONIC start and end, status, code), so the test can tell
 when errors happened and when requests succeeded again. The client behaves as a careful
 wallet backend: a request whose answer was lost (the worker died, the connection dropped) or
 that was answered 503 is sent again with the same tx_id, which the API makes idempotent, until

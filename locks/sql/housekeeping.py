@@ -1,0 +1,88 @@
+"""Housekeeping's statements: remove dead lock rows, settle expired selections, prune history.
+
+Every delete and update is bounded (``%(limit)s`` rows) and runs as its own short transaction;
+see ``locks.housekeeping`` for the pass that runs them. Composed with ``str.format`` at import.
+"""
+
+from __future__ import annotations
+
+from locks.sql.waiting import wake
+
+# The single-runner guard: a session-level advisory lock (``locks.housekeeping`` says why), on
+# the key ``locks.housekeeping.GUARD_KEY``.
+TRY_GUARD = "SELECT pg_try_advisory_lock(%s)"
+RELEASE_GUARD = "SELECT pg_advisory_unlock(%s)"
+
+# Every batch below is drawn once, into an array (an InitPlan). Written as ``IN (SELECT ...
+# LIMIT n FOR UPDATE SKIP LOCKED)`` the planner may put the subquery on the inner side of a
+# nested loop and rescan it per outer row; a rescan skips the rows this statement has already
+# deleted (they are its own, so FOR UPDATE passes over them) and draws the next n, and one
+# "batch" becomes the whole table. Which plan is chosen depends on the table's statistics.
+
+# Remove up to %(limit)s locks of tokens spent at least %(grace)s seconds ago. The rows are kept
+# that long after a spend so that replicas with the token in their cache see it locked and move
+# on instead of trying it (the design's note on spent tokens); after that the cache has been
+# refreshed and the row is dead weight. Driven from the lock table, which stays small, with one
+# primary-key probe into the token table per lock row.
+DELETE_SPENT = """
+DELETE FROM locks_tokenlock
+WHERE token_id = ANY(ARRAY(
+    SELECT l.token_id
+    FROM locks_tokenlock l JOIN tokens_token t ON t.id = l.token_id
+    WHERE t.spent_at <= now() - %(grace)s * interval '1 second'
+    LIMIT %(limit)s
+    FOR UPDATE OF l SKIP LOCKED
+))
+"""
+
+# Remove up to %(limit)s locks whose lease ended at least %(grace)s seconds ago (database clock,
+# the clock that stamped the lease). The inner SELECT walks the expires_at index and row-locks
+# its batch; SKIP LOCKED passes over rows that a selection is taking over or a renewal is
+# updating right now, so neither ever waits behind the housekeeper, nor it behind them. The
+# predicate is repeated outside so the statement stays correct whatever plan is chosen: a row
+# renewed or taken over after it was picked no longer matches and is kept.
+# Requests may be waiting for what an expired lease held: wake the heads of those queues.
+DELETE_EXPIRED = """
+WITH gone AS (
+    DELETE FROM locks_tokenlock
+    WHERE token_id = ANY(ARRAY(
+        SELECT token_id
+        FROM locks_tokenlock
+        WHERE expires_at <= now() - %(grace)s * interval '1 second'
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ))
+    AND expires_at <= now() - %(grace)s * interval '1 second'
+    RETURNING wallet, currency
+),{wake}
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM woken)
+""".format(wake=wake(keys="SELECT wallet, currency FROM gone", when="true"))
+
+# Record as expired up to %(limit)s selections still marked locked whose lease ended at least
+# %(grace)s seconds ago, so that listings and the dashboard filter on the stored status. Readers
+# are told "expired" from the moment the lease ends anyway; this only settles it. A selection a
+# client is spending or releasing right now is skipped and settled by a later pass (or not at
+# all: the spend or release records its own outcome).
+SETTLE_EXPIRED = """
+UPDATE locks_selection SET status = 'expired'
+WHERE id = ANY(ARRAY(
+    SELECT id FROM locks_selection
+    WHERE status = 'locked' AND expires_at <= now() - %(grace)s * interval '1 second'
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+))
+AND status = 'locked'
+"""
+
+# The run log and the dashboard's failed-selection log are history, not state: keep
+# HOUSEKEEPING_HISTORY_DAYS of each, removed in the same bounded batches.
+PRUNE_RUNS = """
+DELETE FROM locks_housekeepingrun WHERE id = ANY(ARRAY(
+    SELECT id FROM locks_housekeepingrun
+    WHERE started_at < now() - %(days)s * interval '1 day' LIMIT %(limit)s))
+"""
+PRUNE_FAILED_SELECTIONS = """
+DELETE FROM locks_failedselection WHERE id = ANY(ARRAY(
+    SELECT id FROM locks_failedselection
+    WHERE created_at < now() - %(days)s * interval '1 day' LIMIT %(limit)s))
+"""
