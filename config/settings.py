@@ -255,6 +255,13 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Select, lock, spend and release tokens across replicas without double spends.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Each strategy choice is used by a request of one currency and by one with legs: name it
+    # once (locks.serializers).
+    "ENUM_NAME_OVERRIDES": {
+        "SelectRequestStrategyEnum": "locks.serializers.PLAIN_STRATEGIES",
+        "ExactSelectRequestStrategyEnum": ["exact"],
+        "ConsolidateSelectRequestStrategyEnum": ["consolidate"],
+    },
 }
 
 # Selector knobs; every one is documented in README.md ("Configuration").
