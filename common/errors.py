@@ -24,6 +24,11 @@ class ErrorSerializer(serializers.Serializer):
     available = serializers.CharField(
         required=False, help_text="insufficient_funds, funds_locked: quantity available now."
     )
+    leg = serializers.CharField(
+        required=False,
+        help_text="insufficient_funds, funds_locked, no_exact_match, max_tokens_exceeded of a "
+        "selection with legs: the currency of the leg that failed (nothing stays locked).",
+    )
     retry_after = serializers.FloatField(
         required=False,
         min_value=0,

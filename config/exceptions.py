@@ -90,12 +90,18 @@ class HttpError:
     headers: Callable[[Any], dict[str, str]] | None = None
 
 
+def _leg(exc: Exception) -> dict[str, object]:
+    # The failing leg of a multi-currency selection (sherdlock.legs), named by its currency.
+    leg = getattr(exc, "leg", None)
+    return {} if leg is None else {"leg": leg}
+
+
 def _available(exc: InsufficientFunds) -> dict[str, object]:
-    return {"available": str(exc.available)}
+    return {"available": str(exc.available), **_leg(exc)}
 
 
 def _available_and_retry(exc: FundsLocked) -> dict[str, object]:
-    return {"available": str(exc.available), "retry_after": round(exc.retry_after, 3)}
+    return {"available": str(exc.available), "retry_after": round(exc.retry_after, 3), **_leg(exc)}
 
 
 ERRORS: dict[type[Exception], HttpError] = {
@@ -126,8 +132,8 @@ ERRORS: dict[type[Exception], HttpError] = {
         headers=lambda exc: {"Retry-After": _retry_after(exc.retry_after)},
     ),
     # The free tokens cover the quantity, but no set of them meets the request's strategy.
-    NoExactMatch: HttpError(409, "no_exact_match"),
-    TooManyInputs: HttpError(409, "max_tokens_exceeded"),
+    NoExactMatch: HttpError(409, "no_exact_match", extra=_leg),
+    TooManyInputs: HttpError(409, "max_tokens_exceeded", extra=_leg),
     # Issuing tokens (tokens.services).
     TxIdInUse: HttpError(409, "tx_id_conflict"),
     TokenConflict: HttpError(409, "token_conflict"),

@@ -259,6 +259,13 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "config.schema.require_one_of_bodies",
     ],
+    # Each strategy choice is used by a request of one currency and by one with legs: name it
+    # once (locks.serializers).
+    "ENUM_NAME_OVERRIDES": {
+        "SelectRequestStrategyEnum": "locks.serializers.PLAIN_STRATEGIES",
+        "ExactSelectRequestStrategyEnum": ["exact"],
+        "ConsolidateSelectRequestStrategyEnum": ["consolidate"],
+    },
 }
 
 # The service's knobs, each from SHERDLOCK_<NAME>; declared, defaulted and checked in

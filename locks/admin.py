@@ -248,6 +248,7 @@ class SelectionAdmin(ReadOnlyAdmin):
         "quantity",
         "total",
         "strategy",
+        "legs_display",
         "tokens",
         "locks_held",
         "lease",
@@ -259,7 +260,7 @@ class SelectionAdmin(ReadOnlyAdmin):
     search_fields = ["tx_id", "wallet"]  # exact, see below
     search_help_text = "Exact transaction id or wallet."
     actions = ["release"]
-    readonly_fields = ["tokens"]
+    readonly_fields = ["tokens", "legs_display"]
 
     def get_changelist(self, request, **kwargs):
         return SelectionChangeList
@@ -291,6 +292,15 @@ class SelectionAdmin(ReadOnlyAdmin):
         more = len(selection.token_ids) - len(shown)
         links = format_html_join(", ", "{}", ((token_link(token),) for token in shown))
         return format_html("{}{}", links, f" and {more} more" if more > 0 else "")
+
+    @admin.display(description="legs")
+    def legs_display(self, selection: Selection) -> str:
+        """Each leg of a multi-currency selection: currency, quantity and total (none: "-")."""
+        if not selection.legs:
+            return "-"
+        return ", ".join(
+            f"{leg['currency']} {leg['quantity']} (total {leg['total']})" for leg in selection.legs
+        )
 
     @admin.display(description="wallet", ordering="wallet")
     def wallet_display(self, selection: Selection) -> str:

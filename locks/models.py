@@ -169,6 +169,10 @@ class Selection(models.Model):
     # How its tokens were chosen (sherdlock.STRATEGIES). A database default: the default
     # strategy's statements do not name it.
     strategy = models.CharField(max_length=32, db_default="random", default="random")
+    # A multi-currency selection's legs, in currency order: [{"currency", "quantity", "total"}]
+    # (amounts as strings of digits); its currency, quantity and total are its first leg's.
+    # None for a selection of one currency.
+    legs = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     expires_at = models.DateTimeField(null=True, blank=True)
     spent_at = models.DateTimeField(null=True, blank=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.conf import settings
+from django.core.validators import MaxLengthValidator, MinLengthValidator
 from django.utils import timezone
 from drf_spectacular.drainage import get_override, set_override
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
@@ -16,6 +17,7 @@ from common.serializers import SLOW, QuickSerializer
 from locks.models import Selection, TokenLock
 from locks.services import selection_tokens
 from sherdlock import MAX_QUANTITY
+from sherdlock.legs import MAX_LEGS, MIN_LEGS
 from sherdlock.strategies import (
     CONSOLIDATE,
     EXACT,
@@ -69,6 +71,10 @@ def _amount(value) -> str:
     return str(int(value))
 
 
+# The strategies that take no terms of their own.
+PLAIN_STRATEGIES = [RANDOM, SMALLEST_FIRST, FEWEST_TOKENS]
+
+
 class SelectRequestSerializer(QuickSerializer):
     """Lock tokens of ``wallet`` worth at least ``quantity`` of ``currency`` for ``tx_id``."""
 
@@ -91,7 +97,7 @@ class SelectRequestSerializer(QuickSerializer):
 
     # The strategies with terms of their own narrow this to their one name.
     strategy: serializers.Field = serializers.ChoiceField(
-        choices=[RANDOM, SMALLEST_FIRST, FEWEST_TOKENS],
+        choices=PLAIN_STRATEGIES,
         required=False,
         help_text="How to pick the tokens. random (default): a random covering set, fair "
         "across replicas. smallest_first: ascending by quantity, equal ones shuffled. "
@@ -192,17 +198,82 @@ class ConsolidateSelectRequestSerializer(SelectRequestSerializer):
     )
 
 
+class LegSerializer(serializers.Serializer):
+    """One currency of a multi-currency selection and the quantity to lock in it."""
+
+    currency = currency_field()
+    quantity = QuantityField()
+
+
+def legs_field() -> serializers.ListSerializer:
+    """Return the ``legs`` of a multi-currency request."""
+    return serializers.ListSerializer(
+        child=LegSerializer(),
+        allow_empty=False,
+        min_length=MIN_LEGS,
+        max_length=MAX_LEGS,
+        validators=[MinLengthValidator(MIN_LEGS), MaxLengthValidator(MAX_LEGS)],
+        help_text=f"{MIN_LEGS} to {MAX_LEGS} legs, each in another currency: all are locked "
+        "for tx_id, or none. Not with currency and quantity.",
+    )
+
+
+class LegsRequestMixin:
+    """A selection of several currencies: ``legs`` instead of ``currency`` and ``quantity``."""
+
+    initial_data: dict
+
+    def validate_legs(self, legs: list[dict]) -> list[dict]:
+        currencies = [leg["currency"] for leg in legs]
+        if len(set(currencies)) != len(currencies):
+            raise serializers.ValidationError("Each currency may be one leg only.")
+        return legs
+
+    def validate(self, data: dict) -> dict:
+        # One shape or the other, never both: the caller would not know which was selected.
+        both = [name for name in ("currency", "quantity") if name in self.initial_data]
+        if both:
+            raise serializers.ValidationError({name: ["Not with legs."] for name in both})
+        if "wait" in self.initial_data:
+            raise serializers.ValidationError(
+                {"wait": ["Not with legs: a selection of several currencies does not wait."]}
+            )
+        return super().validate(data)  # type: ignore[misc]
+
+
+def _legs_variant(base: type[SelectRequestSerializer]) -> type[SelectRequestSerializer]:
+    """Return ``base`` taking ``legs`` (component ``Legs<base>`` in the schema)."""
+    name = base.__name__.replace("SelectRequest", "LegsSelectRequest")
+    doc = f"As {base.__name__.removesuffix('Serializer')}, for every leg of ``legs``."
+    # The serializer metaclass reads declared fields from the class body only: None removes
+    # the base's field.
+    body = {"currency": None, "quantity": None, "wait": None, "legs": legs_field()}
+    return type(name, (LegsRequestMixin, base), {**body, "__doc__": doc, "__module__": __name__})
+
+
+LegsSelectRequestSerializer = _legs_variant(SelectRequestSerializer)
+ExactLegsSelectRequestSerializer = _legs_variant(ExactSelectRequestSerializer)
+ConsolidateLegsSelectRequestSerializer = _legs_variant(ConsolidateSelectRequestSerializer)
+
 SELECT_REQUESTS = {
     EXACT: ExactSelectRequestSerializer,
     CONSOLIDATE: ConsolidateSelectRequestSerializer,
 }
-# The request as the schema shows it: one of the three shapes, told apart by ``strategy``.
+LEGS_REQUESTS = {
+    EXACT: ExactLegsSelectRequestSerializer,
+    CONSOLIDATE: ConsolidateLegsSelectRequestSerializer,
+}
+# The request as the schema shows it: one of six shapes, told apart by ``strategy`` and by
+# ``legs`` (several currencies) against ``currency`` and ``quantity`` (one).
 SELECT_REQUEST_SCHEMA = PolymorphicProxySerializer(
     component_name="SelectRequestByStrategy",
     serializers=[
         SelectRequestSerializer,
         ExactSelectRequestSerializer,
         ConsolidateSelectRequestSerializer,
+        LegsSelectRequestSerializer,
+        ExactLegsSelectRequestSerializer,
+        ConsolidateLegsSelectRequestSerializer,
     ],
     resource_type_field_name=None,
 )
@@ -211,6 +282,11 @@ SELECT_REQUEST_SCHEMA = PolymorphicProxySerializer(
 def select_request(data: object) -> SelectRequestSerializer:
     """Return the serializer for a selection request, chosen by the strategy it names."""
     name = data.get("strategy") if isinstance(data, dict) else None
+    if isinstance(data, dict) and "legs" in data:
+        legs = (
+            LEGS_REQUESTS.get(name, LegsSelectRequestSerializer) if isinstance(name, str) else None
+        )
+        return (legs or LegsSelectRequestSerializer)(data=data)
     chosen = SELECT_REQUESTS.get(name, SelectRequestSerializer) if isinstance(name, str) else None
     return (chosen or SelectRequestSerializer)(data=data)
 
@@ -233,6 +309,16 @@ class SelectedTokenSerializer(serializers.Serializer):
 _SELECTED_TOKEN = SelectedTokenSerializer()
 
 
+class LegResultSerializer(serializers.Serializer):
+    """One leg of a multi-currency selection: what it asked, what it holds."""
+
+    currency = serializers.CharField()
+    quantity = AmountField()
+    total = AmountField(help_text="Sum of the leg's tokens.")
+    change = AmountField(help_text="total - quantity.")
+    tokens = SelectedTokenSerializer(many=True)
+
+
 class SelectionSerializer(serializers.ModelSerializer):
     """A selection and the tokens it holds (or held)."""
 
@@ -241,6 +327,10 @@ class SelectionSerializer(serializers.ModelSerializer):
     change = serializers.SerializerMethodField(help_text="total - quantity.")
     inputs = serializers.SerializerMethodField(help_text="How many tokens it holds.")
     tokens = serializers.SerializerMethodField()
+    legs = serializers.SerializerMethodField(
+        help_text="Several currencies: each leg with its tokens (currency, quantity and total "
+        "above are the first leg's, tokens all of them); null for one currency."
+    )
     status = serializers.ChoiceField(
         choices=Selection.Status.choices,
         source="reported_status",
@@ -261,6 +351,7 @@ class SelectionSerializer(serializers.ModelSerializer):
             "inputs",
             "strategy",
             "tokens",
+            "legs",
             "status",
             "fence",
             "created_at",
@@ -282,6 +373,7 @@ class SelectionSerializer(serializers.ModelSerializer):
             "inputs": self.get_inputs(selection),
             "strategy": selection.strategy,
             "tokens": self.get_tokens(selection),
+            "legs": self.get_legs(selection),
             "status": str(selection.reported_status),
             "fence": None if selection.fence is None else int(selection.fence),
             "created_at": _datetime(selection.created_at, zone),
@@ -299,15 +391,36 @@ class SelectionSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(SelectedTokenSerializer(many=True))
     def get_tokens(self, selection: Selection) -> list:
+        return [_SELECTED_TOKEN.to_representation(token) for token in self._tokens(selection)]
+
+    @extend_schema_field(LegResultSerializer(many=True, allow_null=True))
+    def get_legs(self, selection: Selection) -> list | None:
+        if selection.legs is None:
+            return None
+        tokens = self._tokens(selection)
+        return [
+            {
+                "currency": leg["currency"],
+                "quantity": leg["quantity"],
+                "total": leg["total"],
+                "change": str(int(leg["total"]) - int(leg["quantity"])),
+                "tokens": [
+                    _SELECTED_TOKEN.to_representation(token)
+                    for token in tokens
+                    if token.currency == leg["currency"]
+                ],
+            }
+            for leg in selection.legs
+        ]
+
+    def _tokens(self, selection: Selection) -> list:
         by_id = self.context.get("tokens_by_id")
         held = getattr(selection, "held_tokens", None)
         if held is not None:
-            tokens = held  # what the selecting statement returned
-        elif by_id is None:
-            tokens = selection_tokens(selection)
-        else:
-            tokens = [by_id[pk] for pk in selection.token_ids if pk in by_id]
-        return [_SELECTED_TOKEN.to_representation(token) for token in tokens]
+            return held  # what the selecting statement returned
+        if by_id is None:
+            return selection_tokens(selection)
+        return [by_id[pk] for pk in selection.token_ids if pk in by_id]
 
 
 def tokens_by_id(selections: list[Selection]) -> dict[int, Token]:

@@ -66,11 +66,12 @@ class Outcome:
 
 
 def _same_request(selection: Selection, wallet: str, currency: str, quantity: int) -> bool:
-    return (selection.wallet, selection.currency, selection.quantity) == (
-        wallet,
-        currency,
-        Decimal(quantity),
-    )
+    # A selection with legs is never a repeat of one currency, though its first leg may match.
+    return selection.legs is None and (
+        selection.wallet,
+        selection.currency,
+        selection.quantity,
+    ) == (wallet, currency, Decimal(quantity))
 
 
 def select_tokens(
@@ -295,10 +296,11 @@ def release_selection(
     if changed:
         _held(selection, selection.released_at)
     if row["freed"]:
-        get_selector().released(
-            WalletKey(selection.wallet, selection.currency),
-            [Candidate(t.id, int(t.quantity)) for t in tokens],
-        )
+        for currency in {t.currency for t in tokens}:  # one, or a selection's legs
+            get_selector().released(
+                WalletKey(selection.wallet, currency),
+                [Candidate(t.id, int(t.quantity)) for t in tokens if t.currency == currency],
+            )
     logger.info("released %s: %d lock(s)", tx_id, row["freed"])
     return Outcome(selection, tokens, changed=changed, locks_removed=row["freed"])
 
@@ -373,10 +375,9 @@ def _selection(
     verdict = row["verdict"]
     if verdict == "not_found":
         raise SelectionNotFound(f"no selection for transaction {tx_id}")
-    wallet, currency = row["wallet"], row["currency"]
+    wallet = row["wallet"]
     tokens = [
-        TokenRow(i, t, n, wallet, currency, Decimal(q), namespace)
-        for i, t, n, q in row["tokens"] or ()
+        TokenRow(i, t, n, wallet, c, Decimal(q), namespace) for i, t, n, q, c in row["tokens"] or ()
     ]
     status = {
         "ok": Selection.Status.LOCKED,
@@ -399,6 +400,7 @@ def _selection(
         spent_at=row.get("spent_at"),
         released_at=row.get("released_at"),
         strategy=row.get("strategy") or "random",
+        legs=row.get("legs"),
     )
     selection.held_tokens = tokens
     return verdict, selection, tokens

@@ -25,6 +25,7 @@ from common.pagination import IdCursorPagination
 from common.rules import ID_MAX_LENGTH, identifier_schema, is_identifier
 from locks.errors import SelectionNotFound
 from locks.filters import LockFilter, SelectionFilter
+from locks.legs import select_tokens_legs
 from locks.models import Selection, TokenLock
 from locks.serializers import (
     MAX_WAIT_SECONDS,
@@ -144,11 +145,13 @@ class SelectionListCreate(generics.ListAPIView):
         summary="Select tokens",
         description=(
             "Lock tokens worth at least `quantity` for `tx_id`, picked by `strategy` (default "
-            "random). 201 with the selection; an identical repeat answers 200 with the same "
-            "body. 409 codes: tx_id_conflict (same tx_id, other terms), insufficient_funds "
-            "(with `available`), funds_locked (other transactions hold the funds; see "
-            "Retry-After), no_exact_match (exact), max_tokens_exceeded (consolidate). 429 "
-            "rate_limited per key or wallet."
+            "random); or, with `legs` instead of `currency` and `quantity`, tokens of each "
+            "leg's currency, all legs or none (a failing leg's error names it in `leg`). 201 "
+            "with the selection; an identical repeat answers 200 with the same body. 409 "
+            "codes: tx_id_conflict (same tx_id, other terms), insufficient_funds (with "
+            "`available`), funds_locked (other transactions hold the funds; see Retry-After), "
+            "no_exact_match (exact), max_tokens_exceeded (consolidate). 429 rate_limited per "
+            "key or wallet."
         ),
         request=SELECT_REQUEST_SCHEMA,
         tags=["selections"],
@@ -179,12 +182,25 @@ class SelectionListCreate(generics.ListAPIView):
             data.pop(name, None)
         check_wallets(request, [data["wallet"]])
         headers: dict[str, str] = {}
+        if "legs" in data:
+            # Several currencies: never waits (a Prefer: wait is a hint, and is not applied).
+            selection, created = select_tokens_legs(
+                data["tx_id"],
+                data["wallet"],
+                [(leg["currency"], leg["quantity"]) for leg in data["legs"]],
+                namespace=request_namespace(request),
+                strategy=strategy,
+            )
+            return self._answer(selection, created, headers)
         wait = data.pop("wait", None)
         if wait is None and (wait := preferred_wait(request)) is not None:
             headers["Preference-Applied"] = f"wait={wait}"
         selection, created = select_tokens(
             **data, namespace=request_namespace(request), wait=float(wait or 0), strategy=strategy
         )
+        return self._answer(selection, created, headers)
+
+    def _answer(self, selection: Selection, created: bool, headers: dict[str, str]) -> Response:
         body = SelectionSerializer(selection).data
         if not created:
             return Response(body, headers=headers)

@@ -14,6 +14,7 @@ from .errors import (
 )
 from .interfaces import Clock, Sleeper, TokenStore
 from .lease import LeaseKeeper
+from .legs import MAX_LEGS, Leg, select_legs
 from .memory import InMemoryStore
 from .selector import Selector
 from .strategies import STRATEGIES, Strategy
@@ -30,6 +31,7 @@ from .types import (
 )
 
 __all__ = [
+    "MAX_LEGS",
     "MAX_QUANTITY",
     "STRATEGIES",
     "BackoffPolicy",
@@ -43,6 +45,7 @@ __all__ = [
     "InsufficientFunds",
     "InvalidRequest",
     "LeaseKeeper",
+    "Leg",
     "LockOutcome",
     "NoExactMatch",
     "NoMatch",
@@ -58,4 +61,5 @@ __all__ = [
     "TokenStore",
     "TooManyInputs",
     "WalletKey",
+    "select_legs",
 ]

@@ -4,7 +4,7 @@ Standard library only, so wallet backends can use it without Django. Every metho
 request and returns the decoded JSON answer; errors come back as the core's exceptions where
 they mean the same thing (``InsufficientFunds``, ``FundsLocked``, ``NoExactMatch``,
 ``TooManyInputs``, as subclasses that also carry the answer's ``status`` and ``code``), else as
-``ClientError``.
+``ClientError`` (both in ``sherdlock.answers``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from .errors import FundsLocked, InsufficientFunds, NoExactMatch, SherdlockError, TooManyInputs
+from .answers import ClientError, selector_error
+from .errors import FundsLocked
 from .lease import LeaseKeeper
 from .strategies import Strategy
 from .types import WalletKey
@@ -29,59 +30,6 @@ from .types import WalletKey
 API_PREFIX = "/api/v1/"
 # Answers to a renewal that mean the lease is over for good: renewing again cannot help.
 LEASE_OVER = frozenset({"lease_lost", "not_locked", "already_spent", "not_found"})
-# Without a Retry-After header, wait this long before retrying locked funds.
-DEFAULT_RETRY_AFTER = 1.0
-
-
-class ClientError(SherdlockError):
-    """The Sherdlock API refused the request or could not be reached."""
-
-    def __init__(
-        self,
-        status: int | None,
-        code: str,
-        detail: str,
-        fields: Mapping[str, Any] | None = None,
-        retry_after: float | None = None,
-        body: Mapping[str, Any] | None = None,
-    ):
-        super().__init__(f"{status or 'no answer'} {code}: {detail}")
-        self.status = status  # None when no HTTP answer arrived
-        self.code = code
-        self.detail = detail
-        self.fields = dict(fields or {})
-        self.retry_after = retry_after
-        self.body = dict(body or {})  # the whole error document, extra keys included
-
-
-class _Answer:
-    """The HTTP status and error code of the API's answer, as ``ClientError`` has them."""
-
-    status: int | None
-    code: str
-
-
-class AnsweredInsufficientFunds(_Answer, InsufficientFunds):
-    """``InsufficientFunds`` as the API answered it."""
-
-
-class AnsweredFundsLocked(_Answer, FundsLocked):
-    """``FundsLocked`` as the API answered it."""
-
-
-class AnsweredNoExactMatch(_Answer, NoExactMatch):
-    """``NoExactMatch`` as the API answered it."""
-
-
-class AnsweredTooManyInputs(_Answer, TooManyInputs):
-    """``TooManyInputs`` as the API answered it."""
-
-
-# The strategies' refusals, by code.
-NO_MATCH: dict[str, tuple[type[AnsweredNoExactMatch | AnsweredTooManyInputs], str]] = {
-    "no_exact_match": (AnsweredNoExactMatch, "exact"),
-    "max_tokens_exceeded": (AnsweredTooManyInputs, "consolidate"),
-}
 
 
 def strategy_terms(strategy: Strategy) -> dict[str, Any]:
@@ -115,13 +63,6 @@ def _output(spec: Mapping[str, Any] | Any) -> dict[str, Any]:
         raise TypeError(f"an output is a mapping or a dataclass, not {type(spec).__name__}")
     fields["quantity"] = _quantity(fields["quantity"])
     return fields
-
-
-def _whole(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def _retry_after(header: str | None, body: Mapping[str, Any]) -> float | None:
@@ -203,14 +144,50 @@ class SherdlockClient:
         }
         if wait:
             body["wait"] = int(wait)
+        return self._selecting(body, retry_for, {currency: int(body["quantity"])})
+
+    def select_legs(
+        self,
+        tx_id: str,
+        wallet: str,
+        legs: Mapping[str, int | str | Decimal] | Iterable[tuple[str, int | str | Decimal]],
+        *,
+        retry_for: float = 0.0,
+        strategy: Strategy | None = None,
+    ) -> dict[str, Any]:
+        """Lock tokens of several currencies for ``tx_id``, every leg or none; return as select,
+        with ``legs``: each leg's currency, quantity, total, change and tokens.
+
+        ``legs`` maps each currency to its quantity ({"USD": 150, "EUR": 20}), 2 to 8 of them;
+        ``strategy`` applies to every leg. A leg that cannot be locked raises as select does,
+        for that leg's currency (its ``leg``), and nothing stays locked. The server answers at
+        once (a request with legs does not wait); ``retry_for`` retries as for select.
+        """
+        pairs = list(legs.items()) if isinstance(legs, Mapping) else list(legs)
+        body: dict[str, Any] = {
+            "tx_id": tx_id,
+            "wallet": wallet,
+            "legs": [{"currency": c, "quantity": _quantity(q)} for c, q in pairs],
+            **strategy_terms(strategy or Strategy()),
+        }
+        asked = {leg["currency"]: int(leg["quantity"]) for leg in body["legs"]}
+        return self._selecting(body, retry_for, asked)
+
+    def _selecting(
+        self, body: dict[str, Any], retry_for: float, asked: dict[str, int]
+    ) -> dict[str, Any]:
+        """Post a selection, retrying funds locked answers for ``retry_for`` seconds."""
         deadline = self._clock() + retry_for
         while True:
             try:
                 return self._post("selections/", body)
             except ClientError as exc:
-                error = self._selector_error(
-                    exc, WalletKey(wallet, currency), int(body["quantity"])
-                )
+                leg = exc.body.get("leg")
+                currency = leg if isinstance(leg, str) and leg in asked else next(iter(asked))
+                key = WalletKey(str(body["wallet"]), currency)
+                error = selector_error(exc, key, asked[currency])
+                if isinstance(leg, str) and error is not exc:
+                    error.leg = leg  # type: ignore[attr-defined]
                 if not isinstance(error, FundsLocked):
                     raise error from None
                 pause = error.retry_after * self._rng.uniform(0.5, 1.5)
@@ -309,25 +286,6 @@ class SherdlockClient:
     @staticmethod
     def _tx(tx_id: str) -> str:
         return urllib.parse.quote(tx_id, safe="")
-
-    @staticmethod
-    def _selector_error(exc: ClientError, key: WalletKey, requested: int) -> SherdlockError:
-        available = _whole(exc.body.get("available"))  # None when the server does not say
-        error: SherdlockError
-        if exc.code in NO_MATCH:
-            cls, name = NO_MATCH[exc.code]
-            error = cls(key, requested, name)
-        elif exc.code == "insufficient_funds":
-            error = AnsweredInsufficientFunds(key, requested, available)
-        elif exc.code == "funds_locked":
-            retry = exc.retry_after if exc.retry_after is not None else DEFAULT_RETRY_AFTER
-            error = AnsweredFundsLocked(key, requested, available, retry)
-        else:
-            return exc
-        error.args = (exc.detail,)  # the server's words, not a guess at the numbers
-        assert isinstance(error, _Answer)
-        error.status, error.code = exc.status, exc.code
-        return error
 
     def _post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         request = urllib.request.Request(

@@ -13,6 +13,7 @@ Composed with ``str.format`` at import, like ``locking``.
 from __future__ import annotations
 
 from common.sql import ASYNC_COMMIT
+from locks.sql.legs import KEYS, NOT_CONSERVED
 from locks.sql.waiting import wake
 
 # The caller's selection, row-locked. A selection outside the key's wallets is not found.
@@ -20,7 +21,7 @@ SELECTION = """
 sel AS MATERIALIZED (
     SELECT s.id, s.tx_id, s.wallet, s.currency, s.quantity, s.total, s.fence, s.token_ids,
            s.output_ids, s.status, s.created_at, s.expires_at, s.spent_at, s.released_at,
-           s.strategy
+           s.strategy, s.legs
     FROM locks_selection s{after}
     WHERE s.namespace = %(namespace)s::text AND s.tx_id = %(tx_id)s::text
       AND (%(wallets)s::text[] IS NULL OR s.wallet = ANY(%(wallets)s::text[]))
@@ -33,7 +34,7 @@ READ = """
 WITH sel AS MATERIALIZED (
     SELECT s.id, s.tx_id, s.wallet, s.currency, s.quantity, s.total, s.fence, s.token_ids,
            s.output_ids, s.status, s.created_at, s.expires_at, s.spent_at, s.released_at,
-           s.namespace, s.strategy
+           s.namespace, s.strategy, s.legs
     FROM locks_selection s
     WHERE (%(namespace)s::text IS NULL OR s.namespace = %(namespace)s::text)
       AND s.tx_id = %(tx_id)s::text
@@ -52,12 +53,15 @@ SELECT CASE WHEN EXISTS (SELECT FROM sel) THEN 'ok' ELSE 'not_found' END AS verd
 """
 
 # Columns every statement returns about the selection (NULLs when it was not found), then the
-# tokens it holds or held as JSON [[id, tx_id, index, quantity], ...] in id order.
+# tokens it holds or held as JSON [[id, tx_id, index, quantity, currency], ...] in id order
+# (a selection with legs holds tokens of several currencies: see ``locks.sql.legs``).
 SELECTION_COLUMNS = """(SELECT id FROM sel) AS id, (SELECT wallet FROM sel) AS wallet,
        (SELECT currency FROM sel) AS currency, (SELECT quantity FROM sel) AS quantity,
        (SELECT total FROM sel) AS total, (SELECT fence FROM sel) AS fence,
        (SELECT created_at FROM sel) AS created_at, (SELECT strategy FROM sel) AS strategy,
-       (SELECT json_agg(json_build_array(t.id, t.tx_id, t."index", t.quantity) ORDER BY t.id)
+       (SELECT legs FROM sel)::json AS legs,
+       (SELECT json_agg(json_build_array(t.id, t.tx_id, t."index", t.quantity, t.currency)
+                        ORDER BY t.id)
         FROM tokens_token t WHERE t.id = ANY((SELECT token_ids FROM sel)::bigint[])) AS tokens"""
 
 # The outputs of a spend as JSON [[id, index, wallet, currency, quantity], ...] in output order.
@@ -69,7 +73,8 @@ STORED_OUTPUTS = """(SELECT json_agg(json_build_array(t.id, t."index", t.wallet,
 # Mark the inputs spent and create the outputs, all or nothing, durably (a spend is never
 # committed asynchronously). The token rows are taken FOR UPDATE and re-checked unspent, then
 # every one must still be locked by this selection (tx id and fence) with its lease running;
-# the outputs must be in the selection's currency and sum to its total. An output identity that
+# the outputs must conserve its value: in its currency, summing to its total (per leg, for a
+# selection with legs: ``locks.sql.legs.NOT_CONSERVED``). An output identity that
 # exists already makes the INSERT, hence the whole statement, fail (output_conflict). The spent
 # tokens' lock rows go with the spend (in token-id order): a lock row always means a live hold
 # on an unspent token, so the lock table alone tells what is held. (Another replica's stale
@@ -100,9 +105,7 @@ verdict AS MATERIALIZED (
         WHEN NOT EXISTS (SELECT FROM sel) THEN 'not_found'
         WHEN (SELECT status FROM sel) = 'spent' THEN 'spent'
         WHEN (SELECT status FROM sel) = 'released' THEN 'released'
-        WHEN EXISTS (SELECT FROM asked WHERE currency <> (SELECT currency FROM sel))
-             OR (SELECT coalesce(sum(quantity), 0) FROM asked) <> (SELECT total FROM sel)
-            THEN 'not_conserved'
+        WHEN {not_conserved} THEN 'not_conserved'
         WHEN (SELECT status FROM sel) <> 'locked'
              OR (SELECT n FROM held) <> cardinality((SELECT token_ids FROM sel))
             THEN 'lease_lost'
@@ -156,6 +159,7 @@ SELECT (SELECT value FROM verdict) AS verdict,
     selection=SELECTION.format(after=""),
     columns=SELECTION_COLUMNS,
     stored_outputs=STORED_OUTPUTS,
+    not_conserved=NOT_CONSERVED,
     # The outputs may free funds where requests wait: wake those queues' heads.
     wake=wake(keys="SELECT wallet, currency FROM asked", when="(SELECT value FROM verdict) = 'ok'"),
 )
@@ -234,8 +238,8 @@ def _lease_statement(template: str, durable: bool) -> str:
         commit="" if durable else ASYNC_COMMIT,
         selection=SELECTION.format(after="" if durable else ", commit_mode"),
         columns=SELECTION_COLUMNS,
-        # Released funds may be what requests of the key wait for: wake that queue's head.
-        wake=wake(keys="SELECT wallet, currency FROM sel", when="EXISTS (SELECT FROM freed)"),
+        # Released funds may be what requests of its keys wait for: wake those queues' heads.
+        wake=wake(keys=KEYS, when="EXISTS (SELECT FROM freed)"),
     )
 
 

@@ -158,7 +158,8 @@ thorough = load(["examples", "coverage", "fuzzing"])
 def known_rule_refuses(case) -> bool:
     """Tell whether a rule the schema cannot state (distinct identities) refuses the body."""
     body = case.body if isinstance(case.body, dict) else {}
-    for name, key in (("tokens", ("tx_id", "index")), ("outputs", ("index",))):
+    rules = (("tokens", ("tx_id", "index")), ("outputs", ("index",)), ("legs", ("currency",)))
+    for name, key in rules:
         items = body.get(name)
         if isinstance(items, list) and all(isinstance(item, dict) for item in items):
             identities = [tuple(repr(item.get(k)) for k in key) for item in items]

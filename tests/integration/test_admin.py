@@ -224,6 +224,20 @@ def test_selection_list_shows_tokens_lease_and_held_locks(admin_client):
     assert admin_client.get(reverse("admin:locks_selection_add")).status_code == 403
 
 
+def test_selection_pages_show_legs(admin_client):
+    selection = make_selection(make_tokens(1), "sel-legs")
+    selection.legs = [
+        {"currency": "EUR", "quantity": "5", "total": "7"},
+        {"currency": "USD", "quantity": "60", "total": "80"},
+    ]
+    selection.save(update_fields=["legs"])
+    make_selection(make_tokens(1), "sel-one")
+    listed = admin_client.get(SELECTIONS).content.decode()
+    assert "EUR 5 (total 7), USD 60 (total 80)" in listed
+    change = reverse("admin:locks_selection_change", args=[selection.pk])
+    assert "USD 60 (total 80)" in admin_client.get(change).content.decode()
+
+
 @pytest.fixture
 def replica():
     from locks import replica

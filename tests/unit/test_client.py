@@ -146,6 +146,34 @@ def test_select_names_the_strategy_and_its_terms(api, client):
         client.select("tx-3", "alice", "USD", 5, strategy=Strategy("random", max_tokens=1))
 
 
+def test_select_legs_posts_every_leg_and_names_the_failing_one(api, client):
+    api.script(
+        "/api/v1/selections/",
+        Answer(201, SELECTED),
+        error(409, "insufficient_funds", "short", available="3", leg="EUR"),
+    )
+    assert client.select_legs("tx-1", "alice", {"USD": 5, "EUR": 2**64 - 1}) == SELECTED
+    with pytest.raises(InsufficientFunds) as caught:
+        client.select_legs("tx-2", "alice", [("USD", 5), ("EUR", 7)], strategy=Strategy("exact"))
+    first, second = (call["body"] for call in api.calls("/api/v1/selections/"))
+    assert first == {
+        "tx_id": "tx-1",
+        "wallet": "alice",
+        "legs": [
+            {"currency": "USD", "quantity": "5"},
+            {"currency": "EUR", "quantity": "18446744073709551615"},
+        ],
+    }
+    assert second["strategy"] == "exact" and "currency" not in second
+    error_ = caught.value
+    assert (error_.leg, error_.key.currency, error_.requested, error_.available) == (
+        "EUR",
+        "EUR",
+        7,
+        3,
+    )
+
+
 @pytest.mark.parametrize(
     "code, raised", [("no_exact_match", NoExactMatch), ("max_tokens_exceeded", TooManyInputs)]
 )

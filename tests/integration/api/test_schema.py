@@ -57,7 +57,18 @@ def test_request_bodies_errors_and_the_key_scheme_are_documented(schema):
         "SelectRequest",
         "ExactSelectRequest",
         "ConsolidateSelectRequest",
+        "LegsSelectRequest",
+        "ExactLegsSelectRequest",
+        "ConsolidateLegsSelectRequest",
     ]
+    legs = schema["components"]["schemas"]["LegsSelectRequest"]
+    assert legs["required"] == ["legs", "tx_id", "wallet"]
+    assert (legs["properties"]["legs"]["minItems"], legs["properties"]["legs"]["maxItems"]) == (
+        2,
+        8,
+    )
+    selection = schema["components"]["schemas"]["Selection"]["properties"]
+    assert selection["legs"]["nullable"] is True
     assert {"201", "200", "400", "401", "403", "409", "429"} <= set(select["responses"])
     assert "funds_locked" in select["responses"]["409"]["description"]
     spend = schema["paths"]["/api/v1/selections/{tx_id}/spend/"]["post"]
