@@ -63,7 +63,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--http-replicas",
         type=_ints,
         default=[4, 8],
-        help="web server workers (and load processes) for the HTTP points; empty skips them",
+        help="load processes of the HTTP points; empty skips them",
+    )
+    parser.add_argument(
+        "--http-workers",
+        type=int,
+        default=None,
+        help="web server workers of the HTTP points (WEB_CONCURRENCY); default: make run's",
     )
     parser.add_argument(
         "--http-workloads", type=_names(WORKLOADS), default=["hot-wallet", "spread"]

@@ -261,33 +261,37 @@ def server_errors(records) -> int:
 
 def measure(
     workload: Workload,
-    workers: int,
+    clients: int,
     duration: float,
     key: str,
     seed: int,
     supply: dict[str, int],
     log,
+    workers: int | None = None,
 ) -> dict:
-    """Measure one HTTP point with ``workers`` server workers and as many clients."""
+    """Measure one HTTP point: ``clients`` load processes against the web server.
+
+    ``workers``: its worker processes; None runs it as ``make run`` does.
+    """
     database.reset()
     strategies.deploy(HTTP)
     context = multiprocessing.get_context("spawn")
     server = Server(workers, log)
     try:
-        barrier, results = context.Barrier(workers + 1), context.Queue()
-        clients = [
+        barrier, results = context.Barrier(clients + 1), context.Queue()
+        processes = [
             context.Process(
                 target=client,
                 daemon=True,
                 args=(server.port, key, workload, i, seed * 1000 + i, barrier, duration, results),
             )
-            for i in range(workers)
+            for i in range(clients)
         ]
-        for process in clients:
+        for process in processes:
             process.start()
         barrier.wait(timeout=READY_TIMEOUT)
-        records = [r for _ in clients for r in results.get(timeout=duration + 120)]
-        for process in clients:
+        records = [r for _ in processes for r in results.get(timeout=duration + 120)]
+        for process in processes:
             process.join(timeout=10)
         metrics = server.metrics()
     finally:
@@ -295,7 +299,8 @@ def measure(
     point = {
         "workload": workload.name,
         "strategy": HTTP,
-        "replicas": workers,
+        "replicas": clients,
+        "server_workers": workers,
         "duration_s": duration,
     }
     point.update(verify.figures(records, duration, supply))
@@ -330,12 +335,21 @@ def run_all(args, harness, make_workload, say) -> tuple[list[dict], str | None]:
             workload = make_workload(name, args)
             say(f"seeding {workload.title} for the HTTP path")
             supply = database.seed(workload.tokens, workload.currency)
-            for workers in args.http_replicas:
-                library = harness.measure(workload, OURS, workers, supply, tag="lib")
-                point = measure(workload, workers, args.duration, key, args.seed, supply, log)
+            for replicas in args.http_replicas:
+                library = harness.measure(workload, OURS, replicas, supply, tag="lib")
+                point = measure(
+                    workload,
+                    replicas,
+                    args.duration,
+                    key,
+                    args.seed,
+                    supply,
+                    log,
+                    workers=args.http_workers,
+                )
                 pair = {
                     "workload": name,
-                    "replicas": workers,
+                    "replicas": replicas,
                     "library": library,
                     "http": point,
                     "ratios": {
@@ -347,7 +361,7 @@ def run_all(args, harness, make_workload, say) -> tuple[list[dict], str | None]:
                 }
                 pairs.append(pair)
                 say(
-                    f"[http] {name:<10} R={workers:<3} {HTTP}: "
+                    f"[http] {name:<10} R={replicas:<3} {HTTP}: "
                     f"{point['selections_per_s'] or 0:.1f} sel/s (ours "
                     f"{library['selections_per_s'] or 0:.1f}), p99 "
                     f"{point['latency_ms']['p99'] or 0:.1f} ms (ours "
