@@ -260,9 +260,9 @@ SPECTACULAR_SETTINGS = {
         "config.schema.require_one_of_bodies",
     ],
     # Each strategy choice is used by a request of one currency and by one with legs: name it
-    # once (locks.serializers).
+    # once (locks.request_serializers).
     "ENUM_NAME_OVERRIDES": {
-        "SelectRequestStrategyEnum": "locks.serializers.PLAIN_STRATEGIES",
+        "SelectRequestStrategyEnum": "locks.request_serializers.PLAIN_STRATEGIES",
         "ExactSelectRequestStrategyEnum": ["exact"],
         "ConsolidateSelectRequestStrategyEnum": ["consolidate"],
     },

@@ -21,7 +21,7 @@ from common.pagination import EstimatedCountPaginator
 from locks import admin_tokens  # noqa: F401  (registers the token admin)
 from locks.admin_views import force_release_view
 from locks.models import FailedSelection, HousekeepingRun, LockAudit, Selection, TokenLock
-from locks.services import release_selection
+from locks.selections import release_selection
 from sherdlock import SherdlockError
 from tokens.admin import CurrencyFilter, small_int, token_identity_q, wallet_link, wallet_q
 from tokens.models import Token

@@ -22,7 +22,7 @@ from django.urls import reverse
 from common.knobs import knobs
 from common.rules import ID_MAX_LENGTH
 from locks.models import LockAudit, Selection
-from locks.services import extend_selection, release_selection
+from locks.selections import extend_selection, release_selection
 from locks.wallet import LIST_SIZE, wallet_overview
 from sherdlock import SherdlockError
 

@@ -24,7 +24,7 @@ from locks import metrics
 from locks.errors import SelectionNotFound, TxIdConflict
 from locks.models import Selection
 from locks.replica import get_selector
-from locks.services import get_selection, hold_times
+from locks.selections import get_selection, hold_times
 from locks.sql import legs as sql
 from locks.strategies import failure_outcome, record_failure
 from sherdlock import FundsLocked, InsufficientFunds, NoMatch, SelectionStats, Strategy

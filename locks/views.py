@@ -27,24 +27,26 @@ from locks.errors import SelectionNotFound
 from locks.filters import LockFilter, SelectionFilter
 from locks.legs import select_tokens_legs
 from locks.models import Selection, TokenLock
-from locks.serializers import (
+from locks.request_serializers import (
     MAX_WAIT_SECONDS,
     SELECT_REQUEST_SCHEMA,
     ExtendSerializer,
-    LockSerializer,
-    SelectionSerializer,
-    SpendResultSerializer,
     SpendSerializer,
     select_request,
-    tokens_by_id,
 )
-from locks.services import (
+from locks.selections import (
     extend_selection,
     get_selection,
     release_selection,
-    select_tokens,
     spend_selection,
 )
+from locks.serializers import (
+    LockSerializer,
+    SelectionSerializer,
+    SpendResultSerializer,
+    tokens_by_id,
+)
+from locks.services import select_tokens
 from locks.strategies import TERMS, strategy_of
 
 TX_ID = OpenApiParameter(

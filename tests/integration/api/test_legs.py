@@ -150,7 +150,7 @@ def test_release_and_extend_cover_every_leg(funded):
 
 def test_a_valid_legs_request_is_validated_the_quick_way():
     from common.serializers import SLOW, _quick_mapping
-    from locks.serializers import select_request
+    from locks.request_serializers import select_request
 
     data = {"tx_id": "tx-1", "wallet": "alice", "legs": LEGS, "strategy": "fewest_tokens"}
     serializer = select_request(data)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from rest_framework import serializers
 
 from common.serializers import SLOW, QuickSerializer, quick
-from locks.serializers import (
+from locks.request_serializers import (
     MAX_EXTEND_SECONDS,
     MAX_WAIT_SECONDS,
     ConsolidateSelectRequestSerializer,
