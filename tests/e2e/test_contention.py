@@ -190,13 +190,17 @@ def seed_shared(wallets: list[str], currencies: Iterable[str] = ("USD",)) -> Non
 
 
 def mix(wallets: list[str], selections: int) -> dict[str, object]:
-    """Replica options drawing every strategy, for 1 to 20 at a time, on ``wallets``."""
+    """Replica options drawing every strategy, for 1 to 20 at a time, on ``wallets``.
+
+    Spends pay in tokens of at most 5, so exact always finds a set in a long run too.
+    """
     return dict(
         wallets=wallets,
         selections=selections,
         min_quantity=1,
         max_quantity=20,
         strategies=STRATEGY_MIX,
+        denomination=5,
     )
 
 

@@ -58,6 +58,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--payee", default=None, help="pay the quantity to this wallet (change back to the payer)"
     )
     parser.add_argument(
+        "--denomination",
+        type=int,
+        default=0,
+        help="pay and change back in tokens of at most this much (0: one token each)",
+    )
+    parser.add_argument(
         "--strategies",
         nargs="+",
         default=["random"],
@@ -137,7 +143,7 @@ def run(args: argparse.Namespace, rng: random.Random, out) -> None:
             )
             if rng.random() < args.spend_ratio:
                 record["released_at"] = time.monotonic()
-                spend(services, selection, wanted, args.payee, record)
+                spend(services, args, selection, wanted, record)
                 record["action"] = "spent"
             else:
                 record["released_at"] = time.monotonic()
@@ -174,7 +180,11 @@ def only(wanted: dict[str, int]) -> tuple[str, int]:
 
 
 def spend(
-    services, selection, wanted: dict[str, int], payee: str | None, record: dict[str, object]
+    services,
+    args: argparse.Namespace,
+    selection,
+    wanted: dict[str, int],
+    record: dict[str, object],
 ) -> None:
     """Pay each currency's ``wanted`` quantity and return its change to the same wallet.
 
@@ -194,7 +204,8 @@ def spend(
         else:
             record["shift"] = "accepted"
             return
-    services.spend_selection(tx_id, outputs(tx_id, wallet, totals, wanted, payee))
+    paid = outputs(tx_id, wallet, totals, wanted, args.payee, args.denomination)
+    services.spend_selection(tx_id, paid)
 
 
 def held(selection) -> dict[str, int]:
@@ -222,18 +233,30 @@ def outputs(
     totals: dict[str, int],
     asked: dict[str, int] | None = None,
     payee: str | None = None,
+    denomination: int = 0,
 ) -> list:
-    """Per currency, pay what was ``asked`` (default: the total) and give the change back."""
+    """Per currency, pay what was ``asked`` (default: the total) and give the change back.
+
+    With a ``denomination`` each is paid in tokens of at most that much, so that a wallet
+    paying itself keeps small tokens however long it runs (else spends merge them).
+    """
     from tokens.services import TokenSpec
 
     specs: list[TokenSpec] = []
     for currency in sorted(totals):
         paid = totals[currency] if asked is None else asked[currency]
-        specs.append(TokenSpec(tx_id, len(specs), payee or wallet, currency, paid))
-        if totals[currency] > paid:
-            change = totals[currency] - paid
-            specs.append(TokenSpec(tx_id, len(specs), wallet, currency, change))
+        parts = [(payee or wallet, paid), (wallet, totals[currency] - paid)]
+        for owner, value in parts:
+            for piece in pieces(value, denomination):
+                specs.append(TokenSpec(tx_id, len(specs), owner, currency, piece))
     return specs
+
+
+def pieces(value: int, most: int) -> list[int]:
+    """``value`` (maybe 0: none) as tokens of at most ``most`` (one token if ``most`` is 0)."""
+    if not most:
+        return [value] if value else []
+    return [most] * (value // most) + ([value % most] if value % most else [])
 
 
 def select_as_a_client(
