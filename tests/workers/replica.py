@@ -3,6 +3,12 @@
 Run as ``python -m tests.workers.replica --out FILE ...`` with ``DATABASE_URL`` set. Every
 outcome is written as a JSON line; held intervals use CLOCK_MONOTONIC, which is one clock for
 every process on the machine, so the test can check that no token was held twice at once.
+
+With ``--currencies`` (two or more) a replica selects each time in one of them, or, drawn with
+``--legs-ratio``, in all of them at once (one multi-currency selection, all legs or none), and
+spends such a selection per currency. Drawn with ``--oversized-ratio``, a multi-currency request
+asks its last leg (in currency order) more than any wallet holds, so the legs before it are
+locked and must all be let go.
 """
 
 from __future__ import annotations
@@ -23,6 +29,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--name", required=True)
     parser.add_argument("--wallets", nargs="+", required=True)
     parser.add_argument("--currency", default="USD")
+    parser.add_argument(
+        "--currencies", nargs="+", default=None, help="select in these (default: --currency)"
+    )
+    parser.add_argument(
+        "--legs-ratio", type=float, default=0.0, help="share of selections taking every currency"
+    )
+    parser.add_argument(
+        "--oversized-ratio",
+        type=float,
+        default=0.0,
+        help="share of multi-currency requests whose last leg asks --oversized-quantity",
+    )
+    parser.add_argument("--oversized-quantity", type=int, default=10**9)
     parser.add_argument("--selections", type=int, default=20)
     parser.add_argument("--min-quantity", type=int, default=1)
     parser.add_argument("--max-quantity", type=int, default=30)
@@ -37,6 +56,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--payee", default=None, help="pay the quantity to this wallet (change back to the payer)"
+    )
+    parser.add_argument(
+        "--denomination",
+        type=int,
+        default=0,
+        help="pay and change back in tokens of at most this much (0: one token each)",
     )
     parser.add_argument(
         "--strategies",
@@ -71,36 +96,40 @@ def run(args: argparse.Namespace, rng: random.Random, out) -> None:
     """Make ``args.selections`` selections, writing one JSON line each."""
     from locks import services
     from sherdlock import FundsLocked, InsufficientFunds, NoMatch, Strategy
-    from tokens.services import TokenSpec
 
+    currencies = args.currencies or [args.currency]
     for n in range(args.selections):
         tx_id = f"{args.name}-{n}"
         wallet = rng.choice(args.wallets)
         quantity = rng.randint(args.min_quantity, args.max_quantity)
         name = rng.choice(args.strategies)
         strategy = Strategy(name, **TERMS.get(name, {}))  # type: ignore[arg-type]
-        record: dict[str, object] = {
-            "tx_id": tx_id,
-            "wallet": wallet,
-            "quantity": quantity,
-            "strategy": name,
-        }
+        record: dict[str, object] = {"tx_id": tx_id, "wallet": wallet, "strategy": name}
+        wanted = draw(args, rng, currencies, quantity, record)
         started = time.monotonic()
         try:
-            if args.wait:
+            if len(wanted) > 1:
+                selection = select_legs_as_a_client(tx_id, wallet, wanted, rng, record, strategy)
+            elif args.wait:
                 selection, _ = services.select_tokens(
-                    tx_id, wallet, args.currency, quantity, wait=args.wait, strategy=strategy
+                    tx_id, wallet, *only(wanted), wait=args.wait, strategy=strategy
                 )
             else:
                 selection = select_as_a_client(
-                    services, tx_id, wallet, args.currency, quantity, rng, record, strategy
+                    services, tx_id, wallet, *only(wanted), rng, record, strategy
                 )
         except NoMatch as exc:
-            record.update(outcome="no_match", detail=str(exc))
+            record.update(outcome="no_match", detail=str(exc), leg=getattr(exc, "leg", None))
         except InsufficientFunds as exc:
-            record.update(outcome="insufficient_funds", available=exc.available)
+            record.update(
+                outcome="insufficient_funds",
+                available=exc.available,
+                leg=getattr(exc, "leg", None),
+            )
         except FundsLocked as exc:
-            record.update(outcome="funds_locked", available=exc.available)
+            record.update(
+                outcome="funds_locked", available=exc.available, leg=getattr(exc, "leg", None)
+            )
         else:
             acquired = time.monotonic()
             time.sleep(args.hold * rng.random() * 2)
@@ -108,18 +137,13 @@ def run(args: argparse.Namespace, rng: random.Random, out) -> None:
                 outcome="selected",
                 tokens=list(selection.token_ids),
                 total=str(selection.total),
+                totals=held(selection),
                 acquired=acquired,
                 waited=acquired - started,
             )
             if rng.random() < args.spend_ratio:
-                # Pay `quantity` and return the change to the same wallet: supply is conserved,
-                # so any insufficient-funds outcome would be spurious.
-                change = int(selection.total) - quantity
-                outputs = [TokenSpec(tx_id, 0, args.payee or wallet, args.currency, quantity)]
-                if change:
-                    outputs.append(TokenSpec(tx_id, 1, wallet, args.currency, change))
                 record["released_at"] = time.monotonic()
-                services.spend_selection(tx_id, outputs)
+                spend(services, args, selection, wanted, record)
                 record["action"] = "spent"
             else:
                 record["released_at"] = time.monotonic()
@@ -128,17 +152,141 @@ def run(args: argparse.Namespace, rng: random.Random, out) -> None:
         out.write(json.dumps(record) + "\n")
 
 
+def draw(
+    args: argparse.Namespace,
+    rng: random.Random,
+    currencies: list[str],
+    quantity: int,
+    record: dict[str, object],
+) -> dict[str, int]:
+    """Draw what to select, {currency: quantity}: one currency, or every one as legs."""
+    if len(currencies) > 1 and rng.random() < args.legs_ratio:
+        wanted = {c: rng.randint(args.min_quantity, args.max_quantity) for c in currencies}
+        if rng.random() < args.oversized_ratio:
+            wanted[max(currencies)] = args.oversized_quantity
+            record["oversized"] = max(currencies)
+        record["legs"] = wanted
+        return wanted
+    # One currency: no draw when there is only one, so such runs repeat their seed.
+    currency = rng.choice(currencies) if len(currencies) > 1 else currencies[0]
+    record.update(currency=currency, quantity=quantity)
+    return {currency: quantity}
+
+
+def only(wanted: dict[str, int]) -> tuple[str, int]:
+    """The currency and quantity of a one-currency request."""
+    ((currency, quantity),) = wanted.items()
+    return currency, quantity
+
+
+def spend(
+    services,
+    args: argparse.Namespace,
+    selection,
+    wanted: dict[str, int],
+    record: dict[str, object],
+) -> None:
+    """Pay each currency's ``wanted`` quantity and return its change to the same wallet.
+
+    Supply is conserved per currency, so any insufficient-funds outcome would be spurious. A
+    selection with legs first tries outputs worth its whole value with one unit moved from one
+    currency to another, which must be refused: value is conserved per currency.
+    """
+    from locks.errors import ValueNotConserved
+
+    tx_id, wallet, totals = selection.tx_id, selection.wallet, held(selection)
+    shifted = shift(totals)
+    if shifted is not None:
+        try:
+            services.spend_selection(tx_id, outputs(tx_id, wallet, shifted))
+        except ValueNotConserved:
+            record["shift"] = "refused"
+        else:
+            record["shift"] = "accepted"
+            return
+    paid = outputs(tx_id, wallet, totals, wanted, args.payee, args.denomination)
+    services.spend_selection(tx_id, paid)
+
+
+def held(selection) -> dict[str, int]:
+    """What a selection holds per currency: {currency: total}."""
+    if selection.legs:
+        return {leg["currency"]: int(leg["total"]) for leg in selection.legs}
+    return {selection.currency: int(selection.total)}
+
+
+def shift(totals: dict[str, int]) -> dict[str, int] | None:
+    """``totals`` with one unit moved from the largest to another currency.
+
+    None with one currency, or when every total is 1.
+    """
+    source = max(totals, key=lambda c: totals[c])
+    if len(totals) < 2 or totals[source] < 2:
+        return None
+    target = min(c for c in totals if c != source)
+    return {**totals, source: totals[source] - 1, target: totals[target] + 1}
+
+
+def outputs(
+    tx_id: str,
+    wallet: str,
+    totals: dict[str, int],
+    asked: dict[str, int] | None = None,
+    payee: str | None = None,
+    denomination: int = 0,
+) -> list:
+    """Per currency, pay what was ``asked`` (default: the total) and give the change back.
+
+    With a ``denomination`` each is paid in tokens of at most that much, so that a wallet
+    paying itself keeps small tokens however long it runs (else spends merge them).
+    """
+    from tokens.services import TokenSpec
+
+    specs: list[TokenSpec] = []
+    for currency in sorted(totals):
+        paid = totals[currency] if asked is None else asked[currency]
+        parts = [(payee or wallet, paid), (wallet, totals[currency] - paid)]
+        for owner, value in parts:
+            for piece in pieces(value, denomination):
+                specs.append(TokenSpec(tx_id, len(specs), owner, currency, piece))
+    return specs
+
+
+def pieces(value: int, most: int) -> list[int]:
+    """``value`` (maybe 0: none) as tokens of at most ``most`` (one token if ``most`` is 0)."""
+    if not most:
+        return [value] if value else []
+    return [most] * (value // most) + ([value % most] if value % most else [])
+
+
 def select_as_a_client(
     services, tx_id, wallet, currency, quantity, rng, record, strategy=None, attempts: int = 60
 ):
     """Select as an API client does: retry "funds locked" after its hint, with jitter."""
+
+    def once():
+        return services.select_tokens(tx_id, wallet, currency, quantity, strategy=strategy)
+
+    return retried(once, rng, record, attempts)
+
+
+def select_legs_as_a_client(tx_id, wallet, wanted, rng, record, strategy):
+    """Select every currency of ``wanted`` at once, retrying as ``select_as_a_client`` does."""
+    from locks.legs import select_tokens_legs
+
+    def once():
+        return select_tokens_legs(tx_id, wallet, list(wanted.items()), strategy=strategy)
+
+    return retried(once, rng, record)
+
+
+def retried(once, rng, record, attempts: int = 60):
+    """Call ``once`` until it answers other than "funds locked" (the last time, raise it)."""
     from sherdlock import FundsLocked
 
     for attempt in range(attempts):
         try:
-            selection, _ = services.select_tokens(
-                tx_id, wallet, currency, quantity, strategy=strategy
-            )
+            selection, _ = once()
             return selection
         except FundsLocked as exc:
             record["retries"] = attempt + 1
