@@ -180,8 +180,24 @@ def test_database_restarts_lose_nothing_and_recover(database, tmp_path, modes, d
     assert server_errors(records) == []
     # Once the database answers, every request succeeds (or meets a healthy refusal), up to
     # those still in flight when the next restart begins.
+    # Grants commit asynchronously (DURABLE_LEASES off): an immediate restart may forget a
+    # selection answered just before it, whose spend or release then finds nothing to act on.
+    recorded = {row[0] for row in database.query("SELECT tx_id FROM locks_selection")}
+    forgotten = [r for r in records if forgotten_grant(r, recorded)]
     ends = [began for _, began, _ in restarts[1:]] + [float("inf")]
     for (mode, _, answered), next_began in zip(restarts, ends, strict=True):
-        window = [r for r in records if r["end"] < next_began]
+        window = [r for r in records if r["end"] < next_began and r not in forgotten]
         assert unexpected(window, after=answered) == [], mode
     assert "Traceback" not in log, log[-3000:]
+
+
+def forgotten_grant(record: dict, recorded: set[str]) -> bool:
+    """Tell whether ``record`` is a spend or release of a selection the database forgot."""
+    parts = record["path"].strip("/").split("/")
+    return (
+        record["code"] == "not_found"
+        and len(parts) == 5
+        and parts[:3] == ["api", "v1", "selections"]
+        and parts[4] in ("spend", "release")
+        and parts[3] not in recorded
+    )
