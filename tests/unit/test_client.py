@@ -1,12 +1,8 @@
-"""SherdlockClient against a fake API server (stdlib http.server): requests, errors, leases."""
+"""SherdlockClient against a fake API server: requests, errors (leases: test_client_keep_alive)."""
 
 from __future__ import annotations
 
-import json
-import threading
-import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -14,7 +10,6 @@ from sherdlock import (
     FundsLocked,
     InsufficientFunds,
     InvalidRequest,
-    LeaseKeeper,
     NoExactMatch,
     SherdlockError,
     Strategy,
@@ -22,103 +17,7 @@ from sherdlock import (
     WalletKey,
 )
 from sherdlock.client import ClientError, SherdlockClient
-
-WAIT = 5.0  # bound on every wait; each returns as soon as its condition holds
-SELECTED = {
-    "tx_id": "tx-1",
-    "tokens": [{"id": 1, "quantity": "7"}],
-    "total": "7",
-    "expires_at": "2030-01-01T00:00:00Z",
-    "fence": 42,
-}
-
-
-@dataclass
-class Answer:
-    status: int = 200
-    body: object = None
-    headers: dict[str, str] | None = None
-    raw: bytes | None = None
-
-
-class FakeApi:
-    """Record requests; answer each path from a script of Answers (the last one repeats)."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict] = []
-        self.scripts: dict[str, list[Answer]] = {}
-        self.lock = threading.Condition()
-
-    def script(self, path: str, *answers: Answer) -> None:
-        self.scripts[path] = list(answers)
-
-    def answer(self, path: str) -> Answer:
-        script = self.scripts.get(path)
-        if not script:
-            return Answer(404, {"code": "not_found", "detail": f"no route {path}", "fields": {}})
-        answer = script.pop(0) if len(script) > 1 else script[0]
-        return answer() if callable(answer) else answer
-
-    def record(self, request: dict) -> None:
-        with self.lock:
-            self.requests.append(request)
-            self.lock.notify_all()
-
-    def calls(self, path: str) -> list[dict]:
-        with self.lock:
-            return [r for r in self.requests if r["path"] == path]
-
-    def wait_for(self, path: str, count: int) -> bool:
-        with self.lock:
-            return self.lock.wait_for(lambda: len(self.calls(path)) >= count, WAIT)
-
-
-@pytest.fixture
-def api():
-    fake = FakeApi()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length)
-            fake.record(
-                {
-                    "method": "POST",
-                    "path": self.path,
-                    "headers": dict(self.headers),
-                    "body": json.loads(raw) if raw else None,
-                }
-            )
-            answer = fake.answer(self.path)
-            payload = answer.raw if answer.raw is not None else json.dumps(answer.body).encode()
-            self.send_response(answer.status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            for name, value in (answer.headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args) -> None:  # keep test output clean
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield fake
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture
-def client(api) -> SherdlockClient:
-    return SherdlockClient(api.url, "prefix.secret", timeout=WAIT)
-
-
-def error(status: int, code: str, detail: str = "no", fields=None, headers=None, **extra) -> Answer:
-    body = {"code": code, "detail": detail, "fields": fields or {}, **extra}
-    return Answer(status, body, headers)
+from tests.helpers.fake_api import SELECTED, Answer, error
 
 
 def test_select_posts_decimal_strings_with_the_api_key(api, client):
@@ -329,81 +228,3 @@ def test_spend_release_and_extend_post_to_the_selection(api, client):
         ]
     }
     assert bodies[1:] == [{}, {"seconds": 30}]
-
-
-def test_keep_alive_extends_until_the_server_says_the_lease_is_lost(api, client):
-    path = "/api/v1/selections/tx-1/extend/"
-    api.script(
-        path, Answer(200, SELECTED), Answer(200, SELECTED), error(409, "lease_lost", "taken over")
-    )
-    lost = threading.Event()
-    keeper = client.keep_alive("tx-1", 0.02, on_lost=lost.set)
-    assert isinstance(keeper, LeaseKeeper) and not keeper.running
-    with keeper:
-        assert lost.wait(WAIT)
-    assert keeper.lost and keeper.renewals == 2
-    assert len(api.calls(path)) == 3
-    assert client._keepers == {}  # a lost keeper is not kept around
-
-
-def test_keep_alive_rides_out_transient_failures(api, client):
-    path = "/api/v1/selections/tx-1/extend/"
-    api.script(path, error(503, "unavailable"), Answer(200, SELECTED))
-    keeper = client.keep_alive("tx-1", 0.02, max_failures=3).start()
-    try:
-        assert api.wait_for(path, 4)
-        assert not keeper.lost and keeper.running
-    finally:
-        keeper.stop(WAIT)
-
-
-def test_release_stops_keeping_the_lease(api, client):
-    extend = "/api/v1/selections/tx-1/extend/"
-    api.script(extend, Answer(200, SELECTED))
-    api.script("/api/v1/selections/tx-1/release/", Answer(200, {"status": "released"}))
-    keeper = client.keep_alive("tx-1", 0.02).start()
-    assert api.wait_for(extend, 2)
-    client.release("tx-1")
-    assert not keeper.running and not keeper.lost
-    settled = len(api.calls(extend))
-    time.sleep(0.1)  # five intervals: a live keeper would have renewed again
-    assert len(api.calls(extend)) == settled
-
-
-def test_spend_stops_keeping_the_lease_only_when_it_succeeds(api, client):
-    extend, spend = "/api/v1/selections/tx-1/extend/", "/api/v1/selections/tx-1/spend/"
-    api.script(extend, Answer(200, SELECTED))
-    api.script(spend, error(400, "value_not_conserved"), Answer(200, {"status": "spent"}))
-    keeper = client.keep_alive("tx-1", 0.02).start()
-    outputs = [{"index": 0, "wallet": "bob", "currency": "USD", "quantity": 7}]
-    with pytest.raises(ClientError):
-        client.spend("tx-1", outputs)
-    assert keeper.running
-    client.spend("tx-1", outputs)
-    assert not keeper.running and not keeper.lost
-
-
-def test_a_renewal_answered_after_our_own_spend_is_not_a_lost_lease(api, client):
-    extend, spend = "/api/v1/selections/tx-1/extend/", "/api/v1/selections/tx-1/spend/"
-    spent = threading.Event()
-    late = []
-
-    def renew() -> Answer:
-        if spent.is_set():
-            late.append(1)
-            return error(409, "already_spent")
-        return Answer(200, SELECTED)
-
-    def slow_spend() -> Answer:
-        spent.set()
-        api.wait_for(extend, len(api.calls(extend)) + 2)  # renewals arrive mid-spend
-        return Answer(200, {"status": "spent"})
-
-    api.script(extend, renew)
-    api.script(spend, slow_spend)
-    lost = threading.Event()
-    keeper = client.keep_alive("tx-1", 0.02, on_lost=lost.set).start()
-    assert api.wait_for(extend, 1)
-    client.spend("tx-1", [{"index": 0, "wallet": "bob", "currency": "USD", "quantity": 7}])
-    assert late, "no renewal raced the spend"
-    assert not keeper.running and not keeper.lost and not lost.is_set()
