@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -60,95 +59,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--report", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
-
-
-# -- one replica process -----------------------------------------------------------------------
-
-
-def worker(args: argparse.Namespace) -> None:
-    """Select, hold, then spend or release, `args.selections` times; write one JSON report."""
-    import django
-
-    django.setup()
-    from django.db import transaction
-    from django.utils import timezone
-
-    from locks import replica
-    from sherdlock import FundsLocked, InsufficientFunds
-    from tokens.models import Token
-
-    selector = replica.get_selector()
-    # The selector keeps its store private; its round_trips counter is what is measured.
-    store = selector._store
-    listener = replica.get_listener()
-    if listener is not None and not listener.wait_connected(READY_TIMEOUT):
-        raise SystemExit("the cache listener did not connect")
-    Path(args.report + ".ready").touch()
-    go = Path(args.go)
-    while not go.exists():
-        time.sleep(0.005)
-
-    rng = random.Random(args.seed)
-    rows = []
-    cpu = time.process_time()  # every thread of this process, the listener's included
-    for n in range(args.selections):
-        tx_id = f"{args.name}-{n}"
-        quantity = rng.randint(1, args.max_request)
-        trips = store.round_trips
-        started = time.perf_counter()
-        try:
-            picked = selector.select(tx_id, WALLET, CURRENCY, quantity)
-        except (FundsLocked, InsufficientFunds) as exc:
-            rows.append({"outcome": type(exc).__name__, "round_trips": store.round_trips - trips})
-            continue
-        latency = time.perf_counter() - started
-        s = picked.stats
-        rows.append(
-            {
-                "outcome": "selected",
-                "round_trips": store.round_trips - trips,
-                "latency": latency,
-                "tokens": len(picked.tokens),
-                "fetches": s.fetches,
-                "lock_attempts": s.lock_attempts,
-                "lock_conflicts": s.lock_conflicts,
-                "cache_hits": s.cache_hits,
-            }
-        )
-        time.sleep(rng.uniform(0, args.hold))
-        if rng.random() < args.spend_ratio:
-            with transaction.atomic():  # what a spend writes: inputs spent, outputs created
-                Token.objects.filter(pk__in=picked.token_ids).update(
-                    spent_by=tx_id, spent_at=timezone.now()
-                )
-                # The payment goes back to the same wallet too: the supply stays constant,
-                # so every mode runs against the same amount of value.
-                outputs = [
-                    Token(tx_id=tx_id, index=0, wallet=WALLET, currency=CURRENCY, quantity=quantity)
-                ]
-                if picked.change:
-                    outputs.append(
-                        Token(
-                            tx_id=tx_id,
-                            index=1,
-                            wallet=WALLET,
-                            currency=CURRENCY,
-                            quantity=picked.change,
-                        )
-                    )
-                Token.objects.bulk_create(outputs)
-            selector.forget(picked.token_ids, picked.key)
-        else:
-            selector.release(picked)
-    report = {
-        "selections": rows,
-        "cpu": time.process_time() - cpu,
-        "notifications": dict(listener.stats.received) if listener else {},
-    }
-    Path(args.report).write_text(json.dumps(report))
-
-
-# -- the measurement ---------------------------------------------------------------------------
 
 
 def database_url(name: str) -> str:
@@ -236,7 +146,7 @@ def run_once(args: argparse.Namespace, url: str, mode: str, run: int) -> dict:
                 [
                     sys.executable,
                     "-m",
-                    "bench.listener_effect",
+                    "bench.listener_replica",
                     "--worker",
                     "--name",
                     f"{mode}{run}-r{i}",
@@ -401,9 +311,6 @@ def table(summary: dict[str, dict[str, float]]) -> str:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    if args.worker:
-        worker(args)
-        return 0
     result = measure(args)
     print(table(result["summary"]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
