@@ -3,8 +3,10 @@
 A request that may wait (``Prefer: wait=N``) and finds the funds held by others joins its key's
 queue (``locks.sql.waiting``) and sleeps. Only the queue's head, its oldest live waiter, tries
 again: when something frees that key's funds, the statement that did it notifies the head by
-name, this process's listener wakes exactly that request, and it selects. When it is served or
-gives up it leaves, which names the next head. Nobody starves: a later waiter never goes first.
+name, this process's listener wakes exactly that request, and it selects. A request that gives
+up leaves, which names the next head; one that is served leaves silently, since it now holds
+the funds: the spend or release that frees them names the next head. Nobody starves: a later
+waiter never goes first.
 
 Waiting parks a thread, not a process (the web server runs threaded workers), and costs the
 database nothing while nothing changes: the head re-checks on its own every ``POLL`` seconds
@@ -121,13 +123,17 @@ class Queues:
         with self._lock:
             self._heads = {WalletKey(w, c): int(head) for w, c, head in rows}
 
-    def leave(self, ticket: Ticket) -> None:
-        """Give up the place of ``ticket``, telling every process who heads the queue now."""
+    def leave(self, ticket: Ticket, served: bool = False) -> None:
+        """Give up the place of ``ticket``, telling every process who heads the queue now.
+
+        A ``served`` ticket leaves silently: its request holds the funds, and whatever frees
+        them names the next head (see ``queries.LEAVE_SERVED``).
+        """
         with self._lock:
             self._local.pop(ticket.id, None)
-            if self._heads.get(ticket.key) == ticket.id:
+            if not served and self._heads.get(ticket.key) == ticket.id:
                 del self._heads[ticket.key]
-        db.execute(queries.LEAVE, {"id": ticket.id})
+        db.execute(queries.LEAVE_SERVED if served else queries.LEAVE, {"id": ticket.id})
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop listening and close the connection (within about ``POLL`` seconds)."""
@@ -234,17 +240,21 @@ def wait_for(key: WalletKey, seconds: float, attempt, clock=time.monotonic):
     try:
         ticket = q.join(key, seconds)
         last: FundsLocked | None = None
+        served = False
         try:
             while (left := deadline - clock()) > 0:
                 if q.is_head(ticket):
                     try:
-                        return attempt()
+                        result = attempt()
                     except FundsLocked as exc:
                         last = exc
+                    else:
+                        served = True
+                        return result
                 if not q.wait(ticket, min(left, POLL)) and not q.is_head(ticket):
                     q.refresh()  # nothing heard for a while: is the head still alive?
         finally:
-            q.leave(ticket)
+            q.leave(ticket, served)
     finally:
         q.slots.release()
     if last is None:

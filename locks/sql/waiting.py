@@ -86,6 +86,17 @@ FROM gone g
     ),
 )
 
+# Leave the queue served: the request now holds the funds it waited for, so there is nothing
+# for the next waiter to try until the statement that frees them (its spend or release) names
+# the head; telling everyone now would only send the next waiter to find the funds held.
+LEAVE_SERVED = """
+WITH{commit}
+gone AS (
+    DELETE FROM locks_waiter WHERE id = %(id)s::bigint AND (SELECT true FROM commit_mode)
+)
+SELECT
+""".format(commit=ASYNC_COMMIT)
+
 # The heads of every queue, read when a process starts listening (or listens again) and when a
 # waiter has heard nothing for a while (a head whose process died stops counting at its
 # deadline, and nobody announces that).
