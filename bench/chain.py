@@ -8,8 +8,9 @@ the time of the same N select-and-spend cycles run one after another by one clie
 in the same run), the errors, and the waits (first attempt to successful selection).
 
 In the library, the payments run as threads of ``--chain-processes`` replica processes (one
-selector per process, shared by its threads; each thread its own database connection), all
-started at the same instant. Over HTTP (``bench.chain_http``) the same with client threads.
+selector per process, shared by its threads, which borrow database connections from the
+process's pool as the service's request threads do), all started at the same instant. Over
+HTTP (``bench.chain_http``) the same with client threads.
 """
 
 from __future__ import annotations
@@ -78,8 +79,13 @@ class ChainTask:
         def thread(number: int) -> None:
             from django.db import connection
 
+            from common import db
+
             try:
                 connection.ensure_connection()
+                # With a pool (the default) threads borrow connections as they need them, as
+                # the service's request threads do; without one each keeps its own.
+                db.release()
                 connected.wait(CONNECT_TIMEOUT)
                 go.wait()
                 start_at, end_at = window[0]

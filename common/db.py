@@ -62,6 +62,8 @@ def cursor(using: str = DEFAULT_DB_ALIAS, threshold: int | None = -1) -> psycopg
     psycopg knows it closed or broken, or the server has said something to an idle connection
     (a server shutting down or restarting sends its sessions a FATAL message and closes them,
     so the socket turns readable). Counted as the request's check, so the ORM skips its own.
+    With a pool (``DATABASE_POOL_SIZE``) the pool checks each connection it lends instead, and
+    this thread's connection is borrowed here if it holds none.
     """
     connection = connections[using]
     raw = connection.connection
@@ -84,6 +86,21 @@ def cursor(using: str = DEFAULT_DB_ALIAS, threshold: int | None = -1) -> psycopg
         with _lock:
             _cursors[raw] = found
     return found
+
+
+def release(using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Give this thread's connection back to its process's pool; return whether it did.
+
+    For a thread about to sleep (a request waiting for held funds): its next statement borrows
+    a connection again. Without a pool (``DATABASE_POOL_SIZE=off``) or inside a transaction the
+    connection stays where it is.
+    """
+    connection = connections[using]
+    pooled = bool(connection.settings_dict.get("OPTIONS", {}).get("pool"))
+    if not pooled or connection.connection is None or connection.in_atomic_block:
+        return False
+    connection.close()
+    return True
 
 
 def _spoken_to(raw: psycopg.Connection) -> bool:

@@ -56,6 +56,28 @@ def database_pooling(value: str | None) -> str:
     return mode
 
 
+# DATABASE_POOL_SIZE: the most connections one process keeps to DATABASE_URL (Django's psycopg
+# pool), or "off" for a connection per thread kept CONN_MAX_AGE seconds.
+DEFAULT_POOL_SIZE = 16
+
+
+def database_pool_size(value: str | None) -> int | None:
+    """Read ``DATABASE_POOL_SIZE``: a positive size (default 16), or "off"/0 for no pool."""
+    text = (value if value is not None else str(DEFAULT_POOL_SIZE)).strip().lower()
+    if text in {"off", "0", "none"}:
+        return None
+    try:
+        size = int(text)
+    except ValueError:
+        size = -1
+    if size < 1:
+        raise ImproperlyConfigured(
+            f"DATABASE_POOL_SIZE={value!r}: give the most connections one process may keep "
+            "(a positive integer), or 'off' for a connection per thread"
+        )
+    return size
+
+
 # A DATABASES entry: a setting of each type Django knows (strings, numbers, dicts of options).
 DatabaseEntry = dict[str, Any]
 
@@ -71,11 +93,25 @@ def _postgres(name: str, url: str) -> DatabaseEntry:
     return dict(config)
 
 
-def database_settings(url: str | None, pooling: str = SESSION_POOLING) -> DatabaseEntry:
+def database_settings(
+    url: str | None, pooling: str = SESSION_POOLING, pool_size: int | None = DEFAULT_POOL_SIZE
+) -> DatabaseEntry:
     """Return the default database entry; only PostgreSQL is supported."""
     # Connections outlive requests: opening one costs more than most requests, and the hot
     # statements are prepared per connection. A broken one is noticed by the health check.
-    persistent = {"CONN_MAX_AGE": 300, "CONN_HEALTH_CHECKS": True}
+    persistent: DatabaseEntry = {"CONN_MAX_AGE": 300, "CONN_HEALTH_CHECKS": True}
+    if pool_size is not None:
+        # A pool per process, shared by its threads: a request holds a connection from its
+        # first query to its end, and a request waiting for held funds gives it back while it
+        # sleeps (locks.waiting). Few connections then serve many threads and stay warm: a
+        # backend's first run of a hot statement costs several times its steady run (catalog
+        # caches, planning) and psycopg prepares statements per connection. The pool checks a
+        # connection as it lends it (an empty query), so one the server dropped is replaced.
+        persistent = {
+            "CONN_MAX_AGE": 0,
+            "CONN_HEALTH_CHECKS": True,
+            "OPTIONS": {"pool": {"min_size": 1, "max_size": pool_size, "timeout": 30.0}},
+        }
     if not url:
         if pooling == TRANSACTION_POOLING:
             raise ImproperlyConfigured(
@@ -87,7 +123,9 @@ def database_settings(url: str | None, pooling: str = SESSION_POOLING) -> Databa
             **embedded_db.EmbeddedServer.at(embedded_db.DEFAULT_DATA_DIR).settings,
             **persistent,
         }
-    config = {**_postgres("DATABASE_URL", url), **persistent}
+    given = _postgres("DATABASE_URL", url)
+    options = {**given.get("OPTIONS", {}), **persistent.get("OPTIONS", {})}
+    config = {**given, **persistent, **({"OPTIONS": options} if options else {})}
     if pooling == TRANSACTION_POOLING:
         # QuerySet.iterator() (the admin's choice fields among others) would declare a cursor
         # WITH HOLD, which outlives its transaction on a session the proxy lends to others.
@@ -188,7 +226,12 @@ TEMPLATES = [
 ]
 
 DATABASE_POOLING = database_pooling(os.environ.get("DATABASE_POOLING"))
-DATABASES = {"default": database_settings(os.environ.get("DATABASE_URL"), DATABASE_POOLING)}
+DATABASE_POOL_SIZE = database_pool_size(os.environ.get("DATABASE_POOL_SIZE"))
+DATABASES = {
+    "default": database_settings(
+        os.environ.get("DATABASE_URL"), DATABASE_POOLING, DATABASE_POOL_SIZE
+    )
+}
 # The embedded server's data directory when DATABASES uses it (config.local.prepare starts
 # it), else None.
 EMBEDDED_DATABASE_DIR = None if os.environ.get("DATABASE_URL") else embedded_db.DEFAULT_DATA_DIR

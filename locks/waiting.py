@@ -8,9 +8,10 @@ up leaves, which names the next head; one that is served leaves silently, since 
 the funds: the spend or release that frees them names the next head. Nobody starves: a later
 waiter never goes first.
 
-Waiting parks a thread, not a process (the web server runs threaded workers), and costs the
-database nothing while nothing changes: the head re-checks on its own every ``POLL`` seconds
-only in case a change was announced to nobody (a lease that simply ran out, tokens issued).
+Waiting parks a thread, not a process (the web server runs threaded workers), holds no database
+connection (it goes back to the process's pool while the thread sleeps) and costs the database
+nothing while nothing changes: the head re-checks on its own every ``POLL`` seconds only in
+case a change was announced to nobody (a lease that simply ran out, tokens issued).
 """
 
 from __future__ import annotations
@@ -251,6 +252,7 @@ def wait_for(key: WalletKey, seconds: float, attempt, clock=time.monotonic):
                     else:
                         served = True
                         return result
+                db.release()  # a sleeping request holds no database connection
                 if not q.wait(ticket, min(left, POLL)) and not q.is_head(ticket):
                     q.refresh()  # nothing heard for a while: is the head still alive?
         finally:

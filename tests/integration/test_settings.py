@@ -10,6 +10,8 @@ from django.core.exceptions import ImproperlyConfigured
 from common.knobs import Knobs, knobs
 from config import embedded_db
 from config.settings import (
+    DEFAULT_POOL_SIZE,
+    database_pool_size,
     database_pooling,
     database_settings,
     direct_database_url,
@@ -45,8 +47,35 @@ def test_postgres_url_is_used_as_given():
     config = database_settings("postgres://u:p@db.example:6543/prod")
     assert (config["HOST"], config["PORT"], config["NAME"]) == ("db.example", 6543, "prod")
     assert config["ENGINE"] == "django.db.backends.postgresql"
-    assert config["CONN_MAX_AGE"] == 300 and config["CONN_HEALTH_CHECKS"]
+    assert config["OPTIONS"]["pool"]["max_size"] == DEFAULT_POOL_SIZE
+    assert config["CONN_MAX_AGE"] == 0 and config["CONN_HEALTH_CHECKS"]
     assert not config.get("DISABLE_SERVER_SIDE_CURSORS")
+
+
+def test_without_a_pool_each_thread_keeps_its_connection():
+    config = database_settings("postgres://u:p@db.example:6543/prod", pool_size=None)
+    assert config["CONN_MAX_AGE"] == 300 and config["CONN_HEALTH_CHECKS"]
+    assert "pool" not in config.get("OPTIONS", {})
+
+
+def test_url_options_survive_the_pool():
+    config = database_settings("postgres://u@db.example/prod?sslmode=require", pool_size=4)
+    assert config["OPTIONS"]["sslmode"] == "require"
+    assert config["OPTIONS"]["pool"]["max_size"] == 4
+
+
+@pytest.mark.parametrize(
+    "value,size",
+    [(None, DEFAULT_POOL_SIZE), ("8", 8), (" 32 ", 32), ("off", None), ("0", None)],
+)
+def test_pool_size_is_read_from_the_environment(value, size):
+    assert database_pool_size(value) == size
+
+
+@pytest.mark.parametrize("value", ["-1", "many", "1.5"])
+def test_a_bad_pool_size_is_refused(value):
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_POOL_SIZE"):
+        database_pool_size(value)
 
 
 # -- behind a transaction-pooling proxy --------------------------------------------------------
@@ -66,7 +95,7 @@ def test_an_unknown_pooling_mode_is_refused():
 
 
 def test_transaction_pooling_disables_server_side_cursors():
-    config = database_settings("postgres://u@pgbouncer:6432/prod", "transaction")
+    config = database_settings("postgres://u@pgbouncer:6432/prod", "transaction", None)
     assert (config["HOST"], config["PORT"], config["NAME"]) == ("pgbouncer", 6432, "prod")
     assert config["DISABLE_SERVER_SIDE_CURSORS"] is True
     assert config["CONN_MAX_AGE"] == 300

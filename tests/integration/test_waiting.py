@@ -1,0 +1,102 @@
+"""Waiting for held funds: who is told what, and what a sleeping request holds.
+
+The queues themselves (arrival order, no starvation) are exercised across processes by
+``tests/e2e/test_chain.py``; these check the pieces one process can see.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+from django.db import connection
+
+from common import db
+from locks.selections import release_selection
+from locks.services import select_tokens
+from locks.sql import waiting as queries
+from tests.factories import make_token
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _notifications(listener: psycopg.Connection, seconds: float = 0.3) -> list[str]:
+    return [n.payload for n in listener.notifies(timeout=seconds, stop_after=10)]
+
+
+@pytest.fixture
+def listener(db_url):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(f"LISTEN {queries.CHANNEL}")
+        yield conn
+
+
+def _join(wallet: str) -> int:
+    row = db.one(db.execute(queries.JOIN, {"wallet": wallet, "currency": "USD", "seconds": 30.0}))
+    return int(row[0])
+
+
+def test_a_served_waiter_leaves_without_naming_the_next_head(listener):
+    first, second = _join("w"), _join("w")
+    _notifications(listener)  # the joins announce the head
+
+    db.execute(queries.LEAVE_SERVED, {"id": first})
+    assert _notifications(listener) == []  # the next head waits for what frees the funds
+
+    db.execute(queries.LEAVE, {"id": second})
+    (payload,) = _notifications(listener)
+    assert '"head" : null' in payload
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM locks_waiter")
+        assert cursor.fetchone() == (0,)
+
+
+def test_a_waiting_request_holds_no_database_connection(db_url):
+    pool = connection.pool
+    assert pool is not None, "the default settings pool connections"
+    make_token(wallet="w", quantity=5)
+    select_tokens("holder", "w", "USD", 5)
+    result: dict[str, object] = {}
+
+    def wait() -> None:
+        try:
+            result["selection"], _ = select_tokens("waiter", "w", "USD", 5, wait=10)
+        finally:
+            connection.close()
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not _waiters(db_url) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _waiters(db_url) == 1
+        in_use = []
+        for _ in range(10):  # the sleeper borrows one only for its once-a-second look around
+            stats = pool.get_stats()
+            in_use.append(stats["pool_size"] - stats["pool_available"])
+            time.sleep(0.05)
+        assert min(in_use) == 1  # this thread's, not the sleeper's
+    finally:
+        release_selection("holder")
+        waiter.join(15)
+    assert not waiter.is_alive()
+    assert result["selection"].tx_id == "waiter"
+
+
+def test_release_keeps_a_connection_inside_a_transaction():
+    from django.db import transaction
+
+    with transaction.atomic():
+        connection.ensure_connection()
+        assert db.release() is False
+        assert connection.connection is not None
+    assert db.release() is True
+    assert connection.connection is None
+
+
+def _waiters(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM locks_waiter").fetchone()[0]
