@@ -36,17 +36,16 @@ OWNER = """SELECT c.wallet FROM tokens_txclaim c
                       WHERE c.namespace = %(namespace)s::text AND c.tx_id = %(tx_id)s::text"""
 
 # Read a selection with its tokens and how many of its locks are live, for readers and for
-# repeated requests. A NULL namespace (operators) looks in every namespace, oldest first (and
-# in every partition: the claims of a tx id in all namespaces name the wallets to look in).
+# repeated requests. The selection's wallet is its claim's ({wallet}). A NULL namespace
+# (operators, READ_ANY) looks in every namespace, oldest first, and in the wallets the claims
+# of the tx id in every namespace name.
 READ = """
 WITH sel AS MATERIALIZED (
     SELECT s.id, s.tx_id, s.wallet, s.currency, s.quantity, s.total, s.fence, s.token_ids,
            s.output_ids, s.status, s.created_at, s.expires_at, s.spent_at, s.released_at,
            s.namespace, s.strategy, s.legs
     FROM locks_selection s
-    WHERE s.wallet IN (SELECT c.wallet FROM tokens_txclaim c
-                       WHERE (%(namespace)s::text IS NULL OR c.namespace = %(namespace)s::text)
-                         AND c.tx_id = %(tx_id)s::text)
+    WHERE {wallet}
       AND (%(namespace)s::text IS NULL OR s.namespace = %(namespace)s::text)
       AND s.tx_id = %(tx_id)s::text
       AND (%(wallets)s::text[] IS NULL OR s.wallet = ANY(%(wallets)s::text[]))
@@ -266,6 +265,10 @@ def _lease_statement(template: str, durable: bool) -> str:
     )
 
 
-READ = READ.format(columns=SELECTION_COLUMNS)
+ANY_OWNER = """s.wallet IN (SELECT c.wallet FROM tokens_txclaim c
+                       WHERE (%(namespace)s::text IS NULL OR c.namespace = %(namespace)s::text)
+                         AND c.tx_id = %(tx_id)s::text)"""
+READ_ANY = READ.format(columns=SELECTION_COLUMNS, wallet=ANY_OWNER)
+READ = READ.format(columns=SELECTION_COLUMNS, wallet="s.wallet = ({owner})".format(owner=OWNER))
 RELEASE_STATEMENTS = {durable: _lease_statement(RELEASE, durable) for durable in (False, True)}
 EXTEND_STATEMENTS = {durable: _lease_statement(EXTEND, durable) for durable in (False, True)}
