@@ -14,12 +14,15 @@ import json
 import re
 from decimal import Decimal
 
+import psycopg
 import pytest
 from django.db import connection
 
 from common import db, partitioning
+from locks.housekeeping import guard_key, run_housekeeping
 from locks.sql import legs, lifecycle, locking
 from locks.sql.housekeeping import partition_statements
+from tests.helpers.processes import database_url
 
 pytestmark = pytest.mark.django_db
 
@@ -256,3 +259,30 @@ def test_partitioning_keeps_rows_keys_and_index_names(partitioned):
     assert cursor.fetchone()[0] == "PRIMARY KEY (id, wallet)"
     cursor.execute("SELECT count(*), count(DISTINCT id) FROM tokens_token")
     assert cursor.fetchone() == (20 * len(WALLETS),) * 2
+
+
+def test_housekeeping_runs_per_partition_each_under_its_own_guard(partitioned, settings):
+    """One pass per partition; a partition whose guard is held is left to its holder."""
+    cursor = partitioned
+    settings.SHERDLOCK = {**settings.SHERDLOCK, "PARTITIONS": PARTITIONS}
+    held, free = WALLETS[2], WALLETS[7]
+    held_partition = partition_of(cursor, held)
+    assert held_partition != partition_of(cursor, free)
+    for wallet in (held, free):
+        cursor.execute(
+            "INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, created_at, expires_at, "
+            "wallet, currency, quantity) SELECT id, 'old', 1, now() - interval '2 minutes', "
+            "now() - interval '1 minute', wallet, currency, quantity FROM tokens_token "
+            "WHERE wallet = %s",
+            [wallet],
+        )
+    with psycopg.connect(database_url(connection.settings_dict), autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(%s)", [guard_key(held_partition)])
+        run = run_housekeeping(grace_seconds=0)
+    assert not run.skipped and run.expired_removed == 20
+    cursor.execute("SELECT DISTINCT wallet FROM locks_tokenlock")
+    assert cursor.fetchall() == [(held,)]
+    with pytest.raises(ValueError, match="partition"):
+        run_housekeeping(partition=PARTITIONS)
+    run = run_housekeeping(grace_seconds=0, partition=held_partition)
+    assert run.expired_removed == 20
