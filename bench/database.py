@@ -20,6 +20,7 @@ TABLES = (
     "tokens_token",
     "locks_tokenlock",
     "locks_selection",
+    "tokens_txclaim",
     "locks_failedselection",
     "clients_ratebucket",
     "tokens_currencysupply",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from bench import database, strategies
@@ -138,6 +139,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=database.DEFAULT_NAME,
         help="database to create and use on the server (emptied!)",
     )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=None,
+        help="hash partitions by wallet (SHERDLOCK_PARTITIONS) of the benchmark database; "
+        "unless --database is given, N > 1 uses a database of its own, <database>_pN",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
         "--check",
@@ -150,6 +158,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--write-baseline", action="store_true", help="also save the report as <out>/baseline.json"
     )
     args = parser.parse_args(argv)
+    if args.partitions is not None:
+        if args.partitions < 1:
+            parser.error("--partitions must be at least 1")
+        # Read by the migrations (fixed when a database is migrated) and by housekeeping.
+        os.environ["SHERDLOCK_PARTITIONS"] = str(args.partitions)
+        if args.partitions > 1 and args.database == database.DEFAULT_NAME:
+            args.database = f"{database.DEFAULT_NAME}_p{args.partitions}"
     if not args.replicas or min(args.replicas) < 1 or args.duration <= 0:
         parser.error("need positive replica counts and duration")
     if (

@@ -73,6 +73,10 @@ class Knobs:
     housekeeping_history_days: float = 7.0
     # Whole seconds: beat's IntervalSchedule counts in integers.
     housekeeping_interval_seconds: int = 10
+    # Hash partitions by wallet of the token, lock and selection tables: 1 leaves them
+    # unpartitioned (their keys carry the wallet all the same). Read by the migration that
+    # creates them, so fixed at migrate time (README, "Partitioning by wallet").
+    partitions: int = 1
 
     def __post_init__(self) -> None:
         checks: list[tuple[str, bool, str]] = [
@@ -118,6 +122,7 @@ class Knobs:
                 self.housekeeping_interval_seconds >= 1,
                 "must be at least 1",
             ),
+            ("partitions", 1 <= self.partitions <= 256, "must be between 1 and 256"),
         ]
         for name, ok, rule in checks:
             if not ok:

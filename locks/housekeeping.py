@@ -9,6 +9,11 @@ taken over (the store's INSERT ... ON CONFLICT replaces it under a new fence), a
 token can never be locked again (the store checks ``spent_at`` under a row lock). Housekeeping
 only keeps the table, its index and every anti-join over it small, so it may run late, run
 twice or be skipped without harm.
+
+With the tables partitioned by wallet (``SHERDLOCK_PARTITIONS``) a pass works partition by
+partition, each under a guard of its own (``GUARD_KEY + n``): housekeepers running at once
+share the partitions out, one runner per partition, and every batch stays one short statement
+on one partition. The global work (rate-limit buckets, waiters, history) goes with partition 0.
 """
 
 from __future__ import annotations
@@ -40,15 +45,21 @@ GUARD_KEY = int.from_bytes(b"sherdlhk", "big")
 GUARD_APPLICATION_NAME = "sherdlock-housekeeping"
 
 # Spent first, so that a spent token's lock is counted as "spent" even when its lease has also
-# run out by the time housekeeping gets to it.
-PASSES = (("spent", sql.DELETE_SPENT), ("expired", sql.DELETE_EXPIRED))
+# run out by the time housekeeping gets to it. (Statements of a partition: see
+# ``locks.sql.housekeeping.partition_statements``.)
+PASSES = ("spent", "expired")
 # Counted like the lock passes, in the run record and the deleted-rows metric.
 BUCKETS = "rate_buckets"
 
 Progress = Callable[[str, int], None]
 
 
-def _try_guard(connection) -> Callable[[], None] | None:
+def guard_key(partition: int) -> int:
+    """Return the advisory-lock key of the guard of ``partition`` (0: ``GUARD_KEY`` itself)."""
+    return GUARD_KEY + partition
+
+
+def _try_guard(connection, key: int = GUARD_KEY) -> Callable[[], None] | None:
     """Take the guard; return what releases it, or None if another housekeeper holds it."""
     # Why a session-level lock rather than pg_try_advisory_xact_lock: a transaction-level lock
     # lives only as long as the transaction that took it. Holding it for the whole pass would
@@ -65,25 +76,25 @@ def _try_guard(connection) -> Callable[[], None] | None:
     if sessions.transaction_pooled():
         session = sessions.connect(connection.alias, application_name=GUARD_APPLICATION_NAME)
         try:
-            taken = db.one(session.execute(sql.TRY_GUARD, [GUARD_KEY]))[0]
+            taken = db.one(session.execute(sql.TRY_GUARD, [key]))[0]
         except BaseException:
             session.close()
             raise
         if taken:
-            return functools.partial(_release_session_guard, session)
+            return functools.partial(_release_session_guard, session, key)
         session.close()
         return None
     with connection.cursor() as cursor:
-        cursor.execute(sql.TRY_GUARD, [GUARD_KEY])
+        cursor.execute(sql.TRY_GUARD, [key])
         taken = bool(cursor.fetchone()[0])
-    return functools.partial(_release_guard, connection) if taken else None
+    return functools.partial(_release_guard, connection, key) if taken else None
 
 
-def _release_session_guard(session: psycopg.Connection) -> None:
+def _release_session_guard(session: psycopg.Connection, key: int) -> None:
     # Unlocked first: a session's locks go when its server process has exited, which may be a
     # moment after the close, and a housekeeper starting then would skip for nothing.
     try:
-        session.execute(sql.RELEASE_GUARD, [GUARD_KEY])
+        session.execute(sql.RELEASE_GUARD, [key])
     except psycopg.Error:
         logger.warning(
             "could not release the housekeeping guard; closing its session", exc_info=True
@@ -92,10 +103,10 @@ def _release_session_guard(session: psycopg.Connection) -> None:
         session.close()
 
 
-def _release_guard(connection) -> None:
+def _release_guard(connection, key: int) -> None:
     try:
         with connection.cursor() as cursor:
-            cursor.execute(sql.RELEASE_GUARD, [GUARD_KEY])
+            cursor.execute(sql.RELEASE_GUARD, [key])
             released = cursor.fetchone()[0]
     except Error:
         # Django keeps connections open between tasks, so a guard left behind would make every
@@ -146,37 +157,18 @@ def _settings(batch_size, max_batches, grace_seconds) -> tuple[int, int, float]:
     return batch_size, max_batches, grace
 
 
-def run_housekeeping(
-    batch_size: int | None = None,
-    max_batches: int | None = None,
-    grace_seconds: float | None = None,
-    *,
-    progress: Progress | None = None,
-    using: str = DEFAULT_DB_ALIAS,
-) -> HousekeepingRun:
-    """Remove expired locks, spent tokens' locks and idle rate-limit buckets; record the pass.
-
-    Each kind is removed by at most ``max_batches`` statements of at most ``batch_size`` rows,
-    each its own short transaction when called outside ``transaction.atomic`` (as the task and
-    the command do); a backlog is finished by the next passes. Unset arguments come from
-    the knobs (``common.knobs``). If another housekeeper holds the guard, record a skipped run and
-    return at once. ``progress(kind, removed)`` is called after every batch.
-    """
-    batch_size, max_batches, grace = _settings(batch_size, max_batches, grace_seconds)
-    connection = connections[using]
-    runs = HousekeepingRun.objects.using(using)
-    release_guard = _try_guard(connection)
-    if release_guard is None:
-        run = runs.create(skipped=True, finished_at=Now())
-        run.refresh_from_db()
-        logger.info("housekeeping skipped: another housekeeper holds the guard")
-        return run
-
-    run = runs.create()
-    removed = dict.fromkeys((*(kind for kind, _ in PASSES), BUCKETS), 0)
-    batches = settled = 0
-    started = time.monotonic()
-    completed = False
+def _housekeep_partition(
+    connection,
+    number: int,
+    partitions: int,
+    limits: tuple[int, int, float],
+    removed: dict[str, int],
+    counts: dict[str, int],
+    progress: Progress | None,
+) -> None:
+    """Run the passes of partition ``number`` (with the global ones on partition 0)."""
+    batch_size, max_batches, grace = limits
+    statements = sql.partition_statements(partitions)[number]
 
     def execute(statement: str) -> int:
         with connection.cursor() as cursor:
@@ -184,39 +176,83 @@ def run_housekeeping(
             # A statement that does more than delete answers its count as its first column.
             return cursor.fetchone()[0] if cursor.description else cursor.rowcount
 
-    passes = [(kind, functools.partial(execute, statement)) for kind, statement in PASSES]
-    passes.append((BUCKETS, functools.partial(prune_idle, batch_size, using=using)))
-    try:
-        for kind, delete_batch in passes:
-            for _ in range(max_batches):
-                count = delete_batch()
-                batches += 1
-                removed[kind] += count
-                HOUSEKEEPING_DELETED.labels(kind=kind).inc(count)
-                if progress is not None:
-                    progress(kind, count)
-                if count < batch_size:  # nothing left that is not being worked on
-                    break
-        settled = _in_batches(
-            connection, sql.SETTLE_EXPIRED, {"grace": grace}, batch_size, max_batches
-        )
+    passes = [(kind, functools.partial(execute, statements[kind])) for kind in PASSES]
+    if number == 0:
+        passes.append((BUCKETS, functools.partial(prune_idle, batch_size, using=connection.alias)))
+    for kind, delete_batch in passes:
+        for _ in range(max_batches):
+            count = delete_batch()
+            counts["batches"] += 1
+            removed[kind] += count
+            HOUSEKEEPING_DELETED.labels(kind=kind).inc(count)
+            if progress is not None:
+                progress(kind, count)
+            if count < batch_size:  # nothing left that is not being worked on
+                break
+    counts["settled"] += _in_batches(
+        connection, statements["settle"], {"grace": grace}, batch_size, max_batches
+    )
+    if number == 0:
         # Waiters whose request died with its process: they stopped counting at their
         # deadline, now their rows go.
         _in_batches(connection, waiting_sql.PRUNE, {"grace": grace}, batch_size, max_batches)
         _prune_history(connection, batch_size, max_batches)
-        completed = True
-    finally:
-        try:
-            # Partial counts are kept on failure; finished_at stays empty to show it.
-            runs.filter(pk=run.pk).update(
-                expired_removed=removed["expired"],
-                spent_removed=removed["spent"],
-                buckets_removed=removed[BUCKETS],
-                finished_at=Now() if completed else None,
-            )
-        finally:
-            release_guard()
 
+
+def run_housekeeping(
+    batch_size: int | None = None,
+    max_batches: int | None = None,
+    grace_seconds: float | None = None,
+    *,
+    progress: Progress | None = None,
+    using: str = DEFAULT_DB_ALIAS,
+    partition: int | None = None,
+) -> HousekeepingRun:
+    """Remove expired locks, spent tokens' locks and idle rate-limit buckets; record the pass.
+
+    Each kind is removed by at most ``max_batches`` statements of at most ``batch_size`` rows,
+    each its own short transaction when called outside ``transaction.atomic`` (as the task and
+    the command do); a backlog is finished by the next passes. Unset arguments come from
+    the knobs (``common.knobs``). Partitions (all, or only ``partition``) whose guard another
+    housekeeper holds are left to it; if it holds every one, record a skipped run and return.
+    ``progress(kind, removed)`` is called after every batch.
+    """
+    batch_size, max_batches, grace = _settings(batch_size, max_batches, grace_seconds)
+    partitions = knobs().partitions
+    if partition is not None and not 0 <= partition < partitions:
+        raise ValueError(f"partition must be between 0 and {partitions - 1}")
+    connection = connections[using]
+    runs = HousekeepingRun.objects.using(using)
+    removed = dict.fromkeys((*PASSES, BUCKETS), 0)
+    counts = {"batches": 0, "settled": 0}
+    started = time.monotonic()
+    run: HousekeepingRun | None = None
+    for number in range(partitions) if partition is None else (partition,):
+        release_guard = _try_guard(connection, guard_key(number))
+        if release_guard is None:
+            logger.info("housekeeping of partition %d skipped: another housekeeper has it", number)
+            continue
+        if run is None:
+            run = runs.create()
+        limits = (batch_size, max_batches, grace)
+        try:
+            _housekeep_partition(connection, number, partitions, limits, removed, counts, progress)
+        finally:
+            try:
+                # Partial counts are kept on failure; finished_at stays empty to show it.
+                runs.filter(pk=run.pk).update(
+                    expired_removed=removed["expired"],
+                    spent_removed=removed["spent"],
+                    buckets_removed=removed[BUCKETS],
+                )
+            finally:
+                release_guard()
+    if run is None:
+        run = runs.create(skipped=True, finished_at=Now())
+        run.refresh_from_db()
+        logger.info("housekeeping skipped: another housekeeper holds the guard")
+        return run
+    runs.filter(pk=run.pk).update(finished_at=Now())
     HOUSEKEEPING_LAST_RUN.set_to_current_time()
     # Quiet when idle: a pass runs every few seconds, and the run table records it anyway.
     level = logging.INFO if any(removed.values()) else logging.DEBUG
@@ -227,8 +263,8 @@ def run_housekeeping(
         removed["expired"],
         removed["spent"],
         removed[BUCKETS],
-        batches,
-        settled,
+        counts["batches"],
+        counts["settled"],
         time.monotonic() - started,
     )
     run.refresh_from_db()

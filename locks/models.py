@@ -12,7 +12,7 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from common.rules import CURRENCY_MAX_LENGTH, ID_MAX_LENGTH, NAMESPACE_MAX_LENGTH
-from tokens.models import MAX_QUANTITY, TokenRow
+from tokens.models import MAX_QUANTITY, TokenRow, TxClaim
 
 if TYPE_CHECKING:
     pass
@@ -156,7 +156,7 @@ class Selection(models.Model):
     currency = models.CharField(max_length=CURRENCY_MAX_LENGTH)
     quantity = models.DecimalField(max_digits=20, decimal_places=0)
     total = models.DecimalField(max_digits=21, decimal_places=0)
-    fence = models.BigIntegerField(unique=True, db_default=NextFence())
+    fence = models.BigIntegerField(db_default=NextFence())
     token_ids = ArrayField(models.BigIntegerField(), default=list)
     # The tokens its spend created, in output order: exactly what a repeated spend compares
     # and answers with, whatever else is later issued under the same transaction id.
@@ -201,7 +201,12 @@ class Selection(models.Model):
         ]
         constraints = [
             # A constraint rather than unique=True: no pattern-ops twin index to maintain.
-            models.UniqueConstraint(fields=["namespace", "tx_id"], name="selection_tx_id_unique"),
+            # Keys name the wallet (the partition key); (namespace, tx_id) is unique across
+            # wallets through its claim (tokens.TxClaim), written with the row.
+            models.UniqueConstraint(
+                fields=["namespace", "tx_id", "wallet"], name="selection_tx_id_unique"
+            ),
+            models.UniqueConstraint(fields=["fence", "wallet"], name="selection_fence_unique"),
             models.CheckConstraint(
                 condition=Q(quantity__gt=0) & Q(quantity__lte=MAX_QUANTITY),
                 name="selection_quantity_range",
@@ -213,6 +218,20 @@ class Selection(models.Model):
 
     def __str__(self) -> str:
         return self.tx_id
+
+    def save(self, *args, **kwargs) -> None:
+        """Save; a new selection claims its transaction id, as the recording statements do."""
+        from django.db import IntegrityError, transaction
+
+        if not self._state.adding:
+            super().save(*args, **kwargs)
+            return
+        using = kwargs.get("using") or self._state.db or "default"
+        namespace = self.namespace if isinstance(self.namespace, str) else ""
+        with transaction.atomic(using=using):
+            if not TxClaim.claim(namespace, self.tx_id, self.wallet, using=using):
+                raise IntegrityError(f"transaction id {self.tx_id} names a selection already")
+            super().save(*args, **kwargs)
 
     @property
     def reported_status(self) -> str:

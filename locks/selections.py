@@ -81,7 +81,8 @@ def get_selection(
     ``namespace`` None looks in every namespace (operators), the oldest match first. Raise
     SelectionNotFound if there is none the caller may see.
     """
-    row = _run(lifecycle.READ, _params(namespace, tx_id, wallets))
+    statement = lifecycle.READ_ANY if namespace is None else lifecycle.READ
+    row = _run(statement, _params(namespace, tx_id, wallets))
     _, selection, _ = _selection(row, row["namespace"], tx_id)
     selection.status = row["status"]
     selection.output_ids = row["output_ids"]

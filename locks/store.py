@@ -134,13 +134,21 @@ class PostgresTokenStore:
         ids, quantities = db.one(self._execute(locking.CANDIDATES, params))
         return _candidates(ids, quantities)
 
-    def unlock(self, tx_id: str, fence: int, token_ids: Sequence[int] | None = None) -> int:
-        params: dict[str, Any] = {"tx_id": tx_id, "fence": fence}
+    def unlock(
+        self,
+        tx_id: str,
+        fence: int,
+        token_ids: Sequence[int] | None = None,
+        wallet: str | None = None,
+    ) -> int:
+        params: dict[str, Any] = {"tx_id": tx_id, "fence": fence, "wallet": wallet}
         if token_ids is not None:
             if not token_ids:
                 return 0
             params["token_ids"] = sorted(token_ids)
-        statement = locking.UNLOCK_STATEMENTS[(token_ids is not None, self._durable())]
+        statement = locking.UNLOCK_STATEMENTS[
+            (token_ids is not None, self._durable(), wallet is not None)
+        ]
         cursor = self._execute(statement, params)
         return cursor.rowcount
 

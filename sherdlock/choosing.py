@@ -62,7 +62,7 @@ def give_back(selector: Selector, rnd: Round) -> None:
     if not ids or rnd.fence is None:
         return
     rnd.pending = ids  # should the unlock fail, the abort releases them
-    selector.store.unlock(rnd.tx_id, rnd.fence, ids)
+    selector.store.unlock(rnd.tx_id, rnd.fence, ids, rnd.key.wallet)
     rnd.pending = []
     selector.cache.unhold(ids)
 

@@ -54,10 +54,18 @@ class TokenStore(Protocol):
         """
         ...
 
-    def unlock(self, tx_id: str, fence: int, token_ids: Sequence[int] | None = None) -> int:
+    def unlock(
+        self,
+        tx_id: str,
+        fence: int,
+        token_ids: Sequence[int] | None = None,
+        wallet: str | None = None,
+    ) -> int:
         """Delete the lock rows of `tx_id` under `fence` (only `token_ids` if given); count them.
 
         Rows of other transactions or other fences are never touched, even for the same ids.
+        `wallet`, when given, is the wallet the rows lock tokens of: a store partitioned by
+        wallet then looks in that wallet's part only.
         """
         ...
 

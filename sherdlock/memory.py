@@ -257,7 +257,13 @@ class InMemoryStore:
             self._raise_after(fault)
             return window
 
-    def unlock(self, tx_id: str, fence: int, token_ids: Sequence[int] | None = None) -> int:
+    def unlock(
+        self,
+        tx_id: str,
+        fence: int,
+        token_ids: Sequence[int] | None = None,
+        wallet: str | None = None,
+    ) -> int:
         """Delete lock rows of `tx_id` under `fence`, only `token_ids` if given."""
         with self._mutex:
             fault = self._enter("unlock")

@@ -147,13 +147,13 @@ class Selector:
                 raise InvalidRequest(
                     f"fence {fence} does not match the selection's {selection.fence}"
                 )
-            tx_id, fence = selection.tx_id, selection.fence
+            tx_id, fence, wallet = selection.tx_id, selection.fence, selection.key.wallet
         else:
-            tx_id = selection
+            tx_id, wallet = selection, None
             if fence is None:
                 raise InvalidRequest("fence is required when releasing by tx_id")
         ids = None if token_ids is None else list(token_ids)
-        released = self._store.unlock(tx_id, fence, ids)
+        released = self._store.unlock(tx_id, fence, ids, wallet)
         if ids is None:
             self._cache.unhold_owner((tx_id, fence))
         else:
@@ -373,7 +373,7 @@ class Selector:
             ids = sorted(set(known).union(rnd.pending))
         try:
             if rnd.fence is not None and (ids is None or ids):
-                self._store.unlock(rnd.tx_id, rnd.fence, ids)
+                self._store.unlock(rnd.tx_id, rnd.fence, ids, rnd.key.wallet)
         except Exception as unlock_exc:
             # The original failure is what the caller must see; the locks expire with
             # their lease.

@@ -72,10 +72,17 @@ class Token(models.Model):
 
     objects = TokenQuerySet.as_manager()
 
+    # The table's primary key is (id, wallet) (migration tokens 0005): Django addresses rows by
+    # ``id`` alone, which the sequence keeps unique.
+
     class Meta:
         constraints = [
+            # The identity is (namespace, tx_id, index) across wallets; a unique key of a table
+            # partitioned (or distributed) by wallet must name the wallet, so it is enforced
+            # per wallet here and across wallets by the transaction-id claim (TxClaim) that
+            # every issue takes first. Wallet last: lookups by identity alone use it too.
             models.UniqueConstraint(
-                fields=["namespace", "tx_id", "index"], name="token_identity_unique"
+                fields=["namespace", "tx_id", "index", "wallet"], name="token_identity_unique"
             ),
             models.CheckConstraint(
                 condition=Q(quantity__gte=0) & Q(quantity__lte=MAX_QUANTITY),
@@ -111,6 +118,27 @@ class Token(models.Model):
     def __str__(self) -> str:
         return f"{self.tx_id}:{self.index}"
 
+    def save(self, *args, **kwargs) -> None:
+        """Save; a new token claims its transaction id (see TxClaim) as issuing does, and is
+        refused (IntegrityError) when its identity is taken in any wallet."""
+        from django.db import IntegrityError, connections, transaction
+
+        from tokens import sql
+
+        if not self._state.adding:
+            super().save(*args, **kwargs)
+            return
+        using = kwargs.get("using") or self._state.db or "default"
+        namespace = self.namespace if isinstance(self.namespace, str) else ""
+        with transaction.atomic(using=using), connections[using].cursor() as cursor:
+            claim, lock_claims = sql.CLAIM_ISSUE
+            cursor.execute(claim, [namespace, [self.tx_id]])
+            cursor.execute(lock_claims, [namespace, [self.tx_id]])
+            cursor.execute(sql.IDENTITY_TAKEN, [namespace, self.tx_id, self.index])
+            if cursor.fetchone()[0]:
+                raise IntegrityError(f"token {self.tx_id}:{self.index} exists already")
+            super().save(*args, **kwargs)
+
     @property
     def is_spent(self) -> bool:
         return self.spent_at is not None
@@ -141,3 +169,41 @@ class CurrencySupply(models.Model):
 
     def __str__(self) -> str:
         return f"{self.currency}: {self.supply}"
+
+
+class TxClaim(models.Model):
+    """A transaction id in use in a namespace: by a selection (``wallet``) or by issued tokens.
+
+    The one table keyed by transaction id alone, so that "is this id new?" is one lookup
+    rather than a read of every wallet's selections and tokens (which live in the wallet's
+    partition or shard). A recording selection writes its claim in the statement that writes
+    the selection row, naming its wallet: the spend, release and extend of a selection named by
+    transaction id find its wallet here. An issue claims its ids with no wallet. Claims are
+    never removed, like the selections and tokens they stand for.
+    """
+
+    pk = models.CompositePrimaryKey("namespace", "tx_id")
+    namespace = models.CharField(max_length=NAMESPACE_MAX_LENGTH, blank=True)
+    tx_id = models.CharField(max_length=ID_MAX_LENGTH)
+    # The selection's wallet; NULL when the id names issued tokens only.
+    wallet = models.CharField(max_length=ID_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.tx_id}"
+
+    @classmethod
+    def claim(
+        cls, namespace: str, tx_id: str, wallet: str | None = None, using: str = "default"
+    ) -> bool:
+        """Claim ``tx_id`` for tokens (no wallet) or a selection of ``wallet``; True if new.
+
+        A selection may take over a claim of tokens only (its wallet still NULL): the ORM's
+        way, which unlike the service's checks nothing else.
+        """
+        from django.db import connections
+
+        from tokens import sql
+
+        with connections[using].cursor() as cursor:
+            cursor.execute(sql.CLAIM_ONE, [namespace, tx_id, wallet])
+            return cursor.rowcount > 0

@@ -64,8 +64,11 @@ def issue_tokens(specs: Sequence[TokenSpec], namespace: str = "") -> tuple[list[
     if not specs:
         return [], 0
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(sql.SELECTION_TX_IDS, [namespace, sorted({s.tx_id for s in specs})])
-        if taken := [row[0] for row in cursor.fetchall()]:
+        tx_ids = sorted({s.tx_id for s in specs})
+        claim, read_claims = sql.CLAIM_ISSUE
+        cursor.execute(claim, [namespace, tx_ids])
+        cursor.execute(read_claims, [namespace, tx_ids])
+        if taken := [tx_id for tx_id, wallet in cursor.fetchall() if wallet is not None]:
             raise TxIdInUse(taken)
         cursor.execute(
             sql.ISSUE,
@@ -76,6 +79,7 @@ def issue_tokens(specs: Sequence[TokenSpec], namespace: str = "") -> tuple[list[
                 [s.wallet for s in specs],
                 [s.currency for s in specs],
                 [Decimal(s.quantity) for s in specs],
+                namespace,
             ],
         )
         new = len(cursor.fetchall())

@@ -57,12 +57,20 @@ REBUILD = [
 
 # Insert the new tokens (identical re-sends are skipped) and add what was really inserted to
 # the per-currency supply summary, in one statement: the summary can never see half an issue.
+# The identity (namespace, tx_id, index) is unique across wallets, but the table's unique key
+# names the wallet (its partition key), so a token whose identity exists in any wallet is
+# skipped here (and then reported as a conflict): issues of one transaction id are serialised
+# by its claim (CLAIM_ISSUE), so none can slip in between this check and the insert. The
+# check reads the identity index of every partition, once per token issued: issuing is not a
+# hot path.
 ISSUE = """
 WITH issued AS (
     INSERT INTO tokens_token (namespace, tx_id, "index", wallet, currency, quantity)
-    SELECT %s, * FROM unnest(%s::varchar[], %s::integer[], %s::varchar[], %s::varchar[],
-                             %s::numeric[])
-    ON CONFLICT (namespace, tx_id, "index") DO NOTHING
+    SELECT %s, d.* FROM unnest(%s::varchar[], %s::integer[], %s::varchar[], %s::varchar[],
+                               %s::numeric[]) AS d (tx_id, "index", wallet, currency, quantity)
+    WHERE NOT EXISTS (SELECT FROM tokens_token t
+                      WHERE t.namespace = %s AND t.tx_id = d.tx_id AND t."index" = d."index")
+    ON CONFLICT (namespace, tx_id, "index", wallet) DO NOTHING
     RETURNING id, currency, quantity
 ),
 added AS (
@@ -70,11 +78,35 @@ added AS (
 SELECT id FROM issued
 """.format(add_supply=ADD_RETURNED.format(source="issued"))
 
-# Transaction ids of this batch that name selections of the namespace. (A selection made at
-# the same instant can slip past; its spend then records exactly the outputs it created, so
-# neither ever answers with the other's tokens.)
-SELECTION_TX_IDS = """
-SELECT tx_id FROM locks_selection WHERE namespace = %s AND tx_id = ANY(%s::varchar[])
+# Claim the transaction ids of an issue (tokens.models.TxClaim) and row-lock their claims, in
+# id order, for the rest of the issue's transaction: issues of one id happen one after the
+# other. Answers the ids that name selections of the namespace: those may not be issued under.
+# (A selection whose claim commits after this statement's snapshot is found by the lock.)
+CLAIM_ISSUE = [
+    """
+INSERT INTO tokens_txclaim (namespace, tx_id)
+SELECT %s, tx_id FROM unnest(%s::varchar[]) AS i (tx_id) ORDER BY tx_id
+ON CONFLICT (namespace, tx_id) DO NOTHING
+""",
+    """
+SELECT tx_id, wallet FROM tokens_txclaim WHERE namespace = %s AND tx_id = ANY(%s::varchar[])
+ORDER BY tx_id
+FOR UPDATE
+""",
+]
+
+# Whether a token of this identity exists, in any wallet (the ORM's saves: models.Token.save).
+IDENTITY_TAKEN = """
+SELECT EXISTS (SELECT FROM tokens_token WHERE namespace = %s AND tx_id = %s AND "index" = %s)
+"""
+
+# Claim one transaction id for a selection of a wallet, the ORM's way (locks.models.Selection
+# .save): it takes over a claim of tokens only; a second selection of the id changes nothing
+# (no row: the caller refuses it).
+CLAIM_ONE = """
+INSERT INTO tokens_txclaim AS c (namespace, tx_id, wallet) VALUES (%s, %s, %s)
+ON CONFLICT (namespace, tx_id) DO UPDATE SET wallet = EXCLUDED.wallet
+WHERE c.wallet IS NULL AND EXCLUDED.wallet IS NOT NULL
 """
 
 # Bulk load of demo tokens (seed_tokens), fed row by row through COPY.

@@ -69,7 +69,7 @@ granted AS (
            %(wallet)s, %(currency)s, c.quantity
     FROM chosen c CROSS JOIN fence f
     ORDER BY c.id
-    ON CONFLICT (token_id) DO NOTHING
+    ON CONFLICT (wallet, token_id) DO NOTHING
     RETURNING token_id
 )
 SELECT (SELECT value FROM fence),

@@ -66,7 +66,7 @@ granted AS (
     FROM tokens_token t CROSS JOIN fence f
     WHERE t.id = ANY(%(ids)s::bigint[]) AND t.spent_at IS NULL
     ORDER BY t.id
-    ON CONFLICT (token_id) DO NOTHING
+    ON CONFLICT (wallet, token_id) DO NOTHING
     RETURNING token_id
 )
 SELECT (SELECT value FROM fence), array(SELECT token_id FROM granted)

@@ -31,7 +31,7 @@ INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, created_at, expires
                              currency, quantity)
 VALUES (%(token_id)s, %(tx_id)s, %(fence)s, now(), now() + %(lease)s * interval '1 second',
         %(wallet)s, %(currency)s, %(quantity)s)
-ON CONFLICT (token_id) DO NOTHING
+ON CONFLICT (wallet, token_id) DO NOTHING
 """
 
 

@@ -47,7 +47,7 @@ SELECT t.id, %(tx_id)s, fence.value, now(), now() + %(lease)s * interval '1 seco
 FROM tokens_token t CROSS JOIN fence
 WHERE t.id = ANY(%(ids)s::bigint[])
 ORDER BY t.id
-ON CONFLICT (token_id) DO NOTHING
+ON CONFLICT (wallet, token_id) DO NOTHING
 RETURNING token_id, fence
 """
 

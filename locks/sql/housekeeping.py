@@ -6,6 +6,9 @@ see ``locks.housekeeping`` for the pass that runs them. Composed with ``str.form
 
 from __future__ import annotations
 
+import functools
+
+from common.partitioning import partition_names
 from locks.sql.waiting import wake
 
 # The single-runner guard: a session-level advisory lock (``locks.housekeeping`` says why), on
@@ -24,11 +27,14 @@ RELEASE_GUARD = "SELECT pg_advisory_unlock(%s)"
 # on instead of trying it (the design's note on spent tokens); after that the cache has been
 # refreshed and the row is dead weight. Driven from the lock table, which stays small, with one
 # primary-key probe into the token table per lock row.
+# This and the next two statements run per partition ({locks}, {tokens}, {selections}: the
+# tables of one partition number, or the tables themselves when unpartitioned), each pass under
+# its own guard: see ``partition_statements``.
 DELETE_SPENT = """
-DELETE FROM locks_tokenlock
+DELETE FROM {locks}
 WHERE token_id = ANY(ARRAY(
     SELECT l.token_id
-    FROM locks_tokenlock l JOIN tokens_token t ON t.id = l.token_id
+    FROM {locks} l JOIN {tokens} t ON t.id = l.token_id AND t.wallet = l.wallet
     WHERE t.spent_at <= now() - %(grace)s * interval '1 second'
     LIMIT %(limit)s
     FOR UPDATE OF l SKIP LOCKED
@@ -44,10 +50,10 @@ WHERE token_id = ANY(ARRAY(
 # Requests may be waiting for what an expired lease held: wake the heads of those queues.
 DELETE_EXPIRED = """
 WITH gone AS (
-    DELETE FROM locks_tokenlock
+    DELETE FROM {{locks}}
     WHERE token_id = ANY(ARRAY(
         SELECT token_id
-        FROM locks_tokenlock
+        FROM {{locks}}
         WHERE expires_at <= now() - %(grace)s * interval '1 second'
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -64,9 +70,9 @@ SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM woken)
 # client is spending or releasing right now is skipped and settled by a later pass (or not at
 # all: the spend or release records its own outcome).
 SETTLE_EXPIRED = """
-UPDATE locks_selection SET status = 'expired'
+UPDATE {selections} SET status = 'expired'
 WHERE id = ANY(ARRAY(
-    SELECT id FROM locks_selection
+    SELECT id FROM {selections}
     WHERE status = 'locked' AND expires_at <= now() - %(grace)s * interval '1 second'
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -86,3 +92,24 @@ DELETE FROM locks_failedselection WHERE id = ANY(ARRAY(
     SELECT id FROM locks_failedselection
     WHERE created_at < now() - %(days)s * interval '1 day' LIMIT %(limit)s))
 """
+
+
+@functools.cache
+def partition_statements(partitions: int) -> list[dict[str, str]]:
+    """Return, per partition, its DELETE_SPENT, DELETE_EXPIRED and SETTLE_EXPIRED by name."""
+    return [
+        {
+            name: template.format(locks=locks, tokens=tokens, selections=selections)
+            for name, template in (
+                ("spent", DELETE_SPENT),
+                ("expired", DELETE_EXPIRED),
+                ("settle", SETTLE_EXPIRED),
+            )
+        }
+        for locks, tokens, selections in zip(
+            partition_names("locks_tokenlock", partitions),
+            partition_names("tokens_token", partitions),
+            partition_names("locks_selection", partitions),
+            strict=True,
+        )
+    ]

@@ -14,13 +14,21 @@ from __future__ import annotations
 
 from locks.sql.locking import GATE, OPEN
 
-# Write the selection row once every leg is locked, unless the transaction id already names a
-# selection or tokens in the namespace (the recording statements' rule, ``locking.GATE``); a
-# concurrent request of the same id that wrote its row first makes this one write nothing
-# (ON CONFLICT), and the caller then rolls its locks back. Answers the row with the tokens as
-# JSON [[id, tx_id, index, quantity, currency], ...] in id order, for the response.
+# Write the selection row once every leg is locked, unless the transaction id is already in use
+# in the namespace (the recording statements' rule, ``locking.GATE``). The id's claim is written
+# first and the row only if it was (``locking.RECORDED``): a concurrent request of the same id
+# that claimed it first makes this one write nothing, and the caller then rolls its locks back.
+# Answers the row with the tokens as JSON [[id, tx_id, index, quantity, currency], ...] in id
+# order, for the response.
 RECORD = """
 WITH{gate}
+claimed AS (
+    INSERT INTO tokens_txclaim (namespace, tx_id, wallet)
+    SELECT %(namespace)s::text, %(tx_id)s::text, %(wallet)s::text
+    WHERE {open}
+    ON CONFLICT (namespace, tx_id) DO NOTHING
+    RETURNING tx_id
+),
 recorded AS (
     INSERT INTO locks_selection (namespace, tx_id, wallet, currency, quantity, total, fence,
                                  token_ids, output_ids, status, strategy, legs, created_at,
@@ -29,14 +37,15 @@ recorded AS (
            %(quantity)s::numeric, %(total)s::numeric, %(fence)s::bigint, %(token_ids)s::bigint[],
            ARRAY[]::bigint[], 'locked', %(strategy)s::text, %(legs)s::jsonb, clock_timestamp(),
            %(expires_at)s::timestamptz
-    WHERE {open}
-    ON CONFLICT (namespace, tx_id) DO NOTHING
+    WHERE EXISTS (SELECT FROM claimed)
+    ON CONFLICT (namespace, tx_id, wallet) DO NOTHING
     RETURNING id, created_at
 )
 SELECT (SELECT id FROM recorded) AS id, (SELECT created_at FROM recorded) AS created_at,
        (SELECT json_agg(json_build_array(t.id, t.tx_id, t."index", t.quantity, t.currency)
                         ORDER BY t.id)
-        FROM tokens_token t WHERE t.id = ANY(%(token_ids)s::bigint[])) AS tokens
+        FROM tokens_token t
+        WHERE t.id = ANY(%(token_ids)s::bigint[]) AND t.wallet = %(wallet)s::text) AS tokens
 """.format(gate=GATE, open=OPEN)
 
 # Whether the transaction id already names a selection or tokens in the namespace: asked when

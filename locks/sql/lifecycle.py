@@ -16,27 +16,37 @@ from common.sql import ASYNC_COMMIT
 from locks.sql.legs import KEYS, NOT_CONSERVED
 from locks.sql.waiting import wake
 
-# The caller's selection, row-locked. A selection outside the key's wallets is not found.
+# The caller's selection, row-locked. A selection outside the key's wallets is not found. Its
+# wallet comes from its transaction id's claim (tokens.TxClaim), so only that wallet's
+# partition is read; every later step of a statement names ``(SELECT wallet FROM sel)`` too.
 SELECTION = """
 sel AS MATERIALIZED (
     SELECT s.id, s.tx_id, s.wallet, s.currency, s.quantity, s.total, s.fence, s.token_ids,
            s.output_ids, s.status, s.created_at, s.expires_at, s.spent_at, s.released_at,
            s.strategy, s.legs
     FROM locks_selection s{after}
-    WHERE s.namespace = %(namespace)s::text AND s.tx_id = %(tx_id)s::text
+    WHERE s.wallet = ({owner})
+      AND s.namespace = %(namespace)s::text AND s.tx_id = %(tx_id)s::text
       AND (%(wallets)s::text[] IS NULL OR s.wallet = ANY(%(wallets)s::text[]))
     FOR UPDATE OF s
 ),"""
 
+# The wallet of the selection of (namespace, tx id), from its claim.
+OWNER = """SELECT c.wallet FROM tokens_txclaim c
+                      WHERE c.namespace = %(namespace)s::text AND c.tx_id = %(tx_id)s::text"""
+
 # Read a selection with its tokens and how many of its locks are live, for readers and for
-# repeated requests. A NULL namespace (operators) looks in every namespace, oldest first.
+# repeated requests. The selection's wallet is its claim's ({wallet}). A NULL namespace
+# (operators, READ_ANY) looks in every namespace, oldest first, and in the wallets the claims
+# of the tx id in every namespace name.
 READ = """
 WITH sel AS MATERIALIZED (
     SELECT s.id, s.tx_id, s.wallet, s.currency, s.quantity, s.total, s.fence, s.token_ids,
            s.output_ids, s.status, s.created_at, s.expires_at, s.spent_at, s.released_at,
            s.namespace, s.strategy, s.legs
     FROM locks_selection s
-    WHERE (%(namespace)s::text IS NULL OR s.namespace = %(namespace)s::text)
+    WHERE {wallet}
+      AND (%(namespace)s::text IS NULL OR s.namespace = %(namespace)s::text)
       AND s.tx_id = %(tx_id)s::text
       AND (%(wallets)s::text[] IS NULL OR s.wallet = ANY(%(wallets)s::text[]))
     ORDER BY s.id
@@ -48,7 +58,8 @@ SELECT CASE WHEN EXISTS (SELECT FROM sel) THEN 'ok' ELSE 'not_found' END AS verd
        (SELECT expires_at FROM sel) AS expires_at, (SELECT spent_at FROM sel) AS spent_at,
        (SELECT released_at FROM sel) AS released_at, (SELECT output_ids FROM sel) AS output_ids,
        (SELECT count(*) FROM locks_tokenlock l
-        WHERE l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
+        WHERE l.wallet = (SELECT wallet FROM sel)
+          AND l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
           AND l.expires_at > now()) AS live_locks
 """
 
@@ -62,7 +73,9 @@ SELECTION_COLUMNS = """(SELECT id FROM sel) AS id, (SELECT wallet FROM sel) AS w
        (SELECT legs FROM sel)::json AS legs,
        (SELECT json_agg(json_build_array(t.id, t.tx_id, t."index", t.quantity, t.currency)
                         ORDER BY t.id)
-        FROM tokens_token t WHERE t.id = ANY((SELECT token_ids FROM sel)::bigint[])) AS tokens"""
+        FROM tokens_token t
+        WHERE t.id = ANY((SELECT token_ids FROM sel)::bigint[])
+          AND t.wallet = (SELECT wallet FROM sel)) AS tokens"""
 
 # The outputs of a spend as JSON [[id, index, wallet, currency, quantity], ...] in output order.
 STORED_OUTPUTS = """(SELECT json_agg(json_build_array(t.id, t."index", t.wallet, t.currency,
@@ -85,14 +98,15 @@ inputs AS MATERIALIZED (
     SELECT t.id, t.quantity
     FROM tokens_token t
     WHERE t.id = ANY((SELECT token_ids FROM sel)::bigint[]) AND t.spent_at IS NULL
-      AND (SELECT status FROM sel) = 'locked'
+      AND t.wallet = (SELECT wallet FROM sel) AND (SELECT status FROM sel) = 'locked'
     ORDER BY t.id
     FOR UPDATE OF t
 ),
 held AS MATERIALIZED (
     SELECT count(*) AS n
     FROM inputs i JOIN locks_tokenlock l ON l.token_id = i.id
-    WHERE l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
+    WHERE l.wallet = (SELECT wallet FROM sel)
+      AND l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
       AND l.expires_at > now()
 ),
 asked AS MATERIALIZED (
@@ -115,7 +129,8 @@ verdict AS MATERIALIZED (
 spent AS (
     UPDATE tokens_token t SET spent_by = %(tx_id)s::text, spent_at = now()
     FROM inputs i
-    WHERE t.id = i.id AND (SELECT value FROM verdict) = 'ok'
+    WHERE t.id = i.id AND t.wallet = (SELECT wallet FROM sel)
+      AND (SELECT value FROM verdict) = 'ok'
     RETURNING t.id
 ),
 created AS (
@@ -128,9 +143,10 @@ created AS (
 ),
 unlocked AS (
     DELETE FROM locks_tokenlock
-    WHERE token_id IN (
+    WHERE wallet = (SELECT wallet FROM sel) AND token_id IN (
         SELECT l.token_id FROM locks_tokenlock l JOIN inputs i ON i.id = l.token_id
-        WHERE l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
+        WHERE l.wallet = (SELECT wallet FROM sel)
+          AND l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
           AND (SELECT value FROM verdict) = 'ok'
         ORDER BY l.token_id
         FOR UPDATE OF l)
@@ -141,7 +157,8 @@ done AS (
     SET status = 'spent', spent_at = now(),
         output_ids = (SELECT array_agg(c.id ORDER BY a.position)
                       FROM created c JOIN asked a ON a.idx = c."index")
-    WHERE s.id = (SELECT id FROM sel) AND (SELECT value FROM verdict) = 'ok'
+    WHERE s.id = (SELECT id FROM sel) AND s.wallet = (SELECT wallet FROM sel)
+      AND (SELECT value FROM verdict) = 'ok'
     RETURNING s.spent_at
 ),{wake}
 SELECT (SELECT value FROM verdict) AS verdict,
@@ -156,7 +173,7 @@ SELECT (SELECT value FROM verdict) AS verdict,
            FROM created c JOIN asked a ON a.idx = c."index")
        ELSE {stored_outputs} END AS outputs
 """.format(
-    selection=SELECTION.format(after=""),
+    selection=SELECTION.format(after="", owner=OWNER),
     columns=SELECTION_COLUMNS,
     stored_outputs=STORED_OUTPUTS,
     not_conserved=NOT_CONSERVED,
@@ -172,18 +189,21 @@ RELEASE = """
 WITH{commit}{selection}
 doomed AS (
     SELECT l.token_id FROM locks_tokenlock l
-    WHERE l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
+    WHERE l.wallet = (SELECT wallet FROM sel)
+      AND l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
       AND (SELECT status FROM sel) IN ('locked', 'expired', 'lost')
     ORDER BY l.token_id
     FOR UPDATE OF l
 ),
 freed AS (
-    DELETE FROM locks_tokenlock WHERE token_id IN (SELECT token_id FROM doomed)
+    DELETE FROM locks_tokenlock
+    WHERE wallet = (SELECT wallet FROM sel) AND token_id IN (SELECT token_id FROM doomed)
     RETURNING token_id
 ),
 done AS (
     UPDATE locks_selection s SET status = 'released', released_at = clock_timestamp()
-    WHERE s.id = (SELECT id FROM sel) AND s.status IN ('locked', 'expired', 'lost')
+    WHERE s.id = (SELECT id FROM sel) AND s.wallet = (SELECT wallet FROM sel)
+      AND s.status IN ('locked', 'expired', 'lost')
     RETURNING s.released_at
 ),{wake}
 SELECT CASE WHEN NOT EXISTS (SELECT FROM sel) THEN 'not_found'
@@ -203,7 +223,8 @@ EXTEND = """
 WITH{commit}{selection}
 live AS MATERIALIZED (
     SELECT l.token_id FROM locks_tokenlock l
-    WHERE l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
+    WHERE l.wallet = (SELECT wallet FROM sel)
+      AND l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
       AND l.expires_at > now() AND (SELECT status FROM sel) = 'locked'
     ORDER BY l.token_id
     FOR UPDATE OF l
@@ -213,13 +234,14 @@ renewed AS (
     SET expires_at = least(
         now() + %(seconds)s::float8 * interval '1 second',
         (SELECT created_at FROM sel) + %(max_lease)s::float8 * interval '1 second')
-    WHERE l.token_id IN (SELECT token_id FROM live)
+    WHERE l.wallet = (SELECT wallet FROM sel) AND l.token_id IN (SELECT token_id FROM live)
       AND (SELECT count(*) FROM live) = cardinality((SELECT token_ids FROM sel))
     RETURNING l.expires_at
 ),
 done AS (
     UPDATE locks_selection s SET expires_at = (SELECT min(expires_at) FROM renewed)
-    WHERE s.id = (SELECT id FROM sel) AND EXISTS (SELECT FROM renewed)
+    WHERE s.id = (SELECT id FROM sel) AND s.wallet = (SELECT wallet FROM sel)
+      AND EXISTS (SELECT FROM renewed)
     RETURNING s.expires_at
 )
 SELECT CASE WHEN NOT EXISTS (SELECT FROM sel) THEN 'not_found'
@@ -236,13 +258,17 @@ SELECT CASE WHEN NOT EXISTS (SELECT FROM sel) THEN 'not_found'
 def _lease_statement(template: str, durable: bool) -> str:
     return template.format(
         commit="" if durable else ASYNC_COMMIT,
-        selection=SELECTION.format(after="" if durable else ", commit_mode"),
+        selection=SELECTION.format(after="" if durable else ", commit_mode", owner=OWNER),
         columns=SELECTION_COLUMNS,
         # Released funds may be what requests of its keys wait for: wake those queues' heads.
         wake=wake(keys=KEYS, when="EXISTS (SELECT FROM freed)"),
     )
 
 
-READ = READ.format(columns=SELECTION_COLUMNS)
+ANY_OWNER = """s.wallet IN (SELECT c.wallet FROM tokens_txclaim c
+                       WHERE (%(namespace)s::text IS NULL OR c.namespace = %(namespace)s::text)
+                         AND c.tx_id = %(tx_id)s::text)"""
+READ_ANY = READ.format(columns=SELECTION_COLUMNS, wallet=ANY_OWNER)
+READ = READ.format(columns=SELECTION_COLUMNS, wallet="s.wallet = ({owner})".format(owner=OWNER))
 RELEASE_STATEMENTS = {durable: _lease_statement(RELEASE, durable) for durable in (False, True)}
 EXTEND_STATEMENTS = {durable: _lease_statement(EXTEND, durable) for durable in (False, True)}

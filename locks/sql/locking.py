@@ -33,21 +33,15 @@ fence AS MATERIALIZED (
 # A CTE nobody reads is never run: the commit mode is set by joining it into one that is.
 AFTER_COMMIT_MODE = " FROM commit_mode"
 
-# Recording statements lock nothing for a transaction id that already has a selection in the
-# client's namespace, or that names tokens there (a spend's outputs are tokens named by its tx
-# id): see the README's transaction-id rules.
-# The token probe is a first-row lookup in the identity index's order, not an EXISTS: planned
-# generically (prepared statements), an EXISTS is costed from the average transaction, and one
-# issue of a million tokens under one tx id makes "scan until the first match" look cheapest,
-# when a new tx id matches nothing and the scan reads the whole table. (PostgreSQL drops ORDER
-# BY and LIMIT inside EXISTS, hence the scalar subquery.)
+# Recording statements lock nothing for a transaction id that is already in use in the
+# client's namespace: one that has a selection or names tokens (a spend's outputs are tokens
+# named by its tx id), see the README's transaction-id rules. Both claim the id
+# (tokens.TxClaim): one primary-key probe of the claim table answers, whichever wallet's
+# partition the selection or tokens live in.
 GATE = """
 gate AS MATERIALIZED (
-    SELECT NOT EXISTS (SELECT FROM locks_selection s
-                       WHERE s.namespace = %(namespace)s::text AND s.tx_id = %(tx_id)s::text)
-       AND (SELECT t."index" FROM tokens_token t
-            WHERE t.namespace = %(namespace)s::text AND t.tx_id = %(tx_id)s::text
-            ORDER BY t.namespace, t.tx_id, t."index" LIMIT 1) IS NULL
+    SELECT NOT EXISTS (SELECT FROM tokens_txclaim c
+                       WHERE c.namespace = %(namespace)s::text AND c.tx_id = %(tx_id)s::text)
        AS open
 ),"""
 OPEN = "(SELECT open FROM gate)"
@@ -56,8 +50,11 @@ OPEN = "(SELECT open FROM gate)"
 # lock committed after it is caught by ON CONFLICT in the insert. The plan this gets is the
 # reason the lock table is analysed often (migration 0009): planned while the table was nearly
 # empty, the anti-join walks the whole table where it should look each token up by key.
+# The lock row is looked up by its key (token, wallet): the wallet prunes the lock table to the
+# claim's partition.
 FREE = """NOT EXISTS (
-          SELECT FROM locks_tokenlock l WHERE l.token_id = t.id AND l.expires_at > now())"""
+          SELECT FROM locks_tokenlock l
+          WHERE l.token_id = t.id AND l.wallet = %(wallet)s::text AND l.expires_at > now())"""
 
 UNSPENT_OF_KEY = """t.wallet = %(wallet)s::text AND t.currency = %(currency)s::text
       AND t.spent_at IS NULL"""
@@ -86,7 +83,7 @@ granted AS (
            %(wallet)s::text, %(currency)s::text, w.quantity
     FROM wanted w
     ORDER BY w.id
-    ON CONFLICT (token_id) DO UPDATE
+    ON CONFLICT (wallet, token_id) DO UPDATE
         SET spender_tx_id = EXCLUDED.spender_tx_id, fence = EXCLUDED.fence,
             created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
         WHERE l.expires_at <= now()
@@ -102,7 +99,18 @@ won AS MATERIALIZED (
 # this statement leaves a selection its client can spend, release or retry. Stamped with the
 # clock when it is written, after its locks were taken: now() is when the statement began,
 # which may be before the previous holder let go (planning runs between the two).
+# The transaction id's claim (tokens.TxClaim) is written first, by the same condition, and the
+# row only if the claim was: a concurrent request of the same id, of this wallet or any other,
+# that claimed it first (its claim waited for here, then found) leaves this one unrecorded.
 RECORDED = """
+claimed AS (
+    INSERT INTO tokens_txclaim (namespace, tx_id, wallet)
+    SELECT %(namespace)s::text, %(tx_id)s::text, %(wallet)s::text
+    FROM won w
+    HAVING %(held_total)s::numeric + coalesce(sum(w.quantity), 0) >= %(quantity)s::numeric
+    ON CONFLICT (namespace, tx_id) DO NOTHING
+    RETURNING tx_id
+),
 recorded AS (
     INSERT INTO locks_selection (namespace, tx_id, wallet, currency, quantity, total, fence,
                                  token_ids, output_ids, status, created_at, expires_at{named_col})
@@ -114,7 +122,8 @@ recorded AS (
            least(min(w.expires_at), %(held_expiry)s::timestamptz){named_value}
     FROM won w
     HAVING %(held_total)s::numeric + coalesce(sum(w.quantity), 0) >= %(quantity)s::numeric
-    ON CONFLICT (namespace, tx_id) DO NOTHING
+       AND EXISTS (SELECT FROM claimed)
+    ON CONFLICT (namespace, tx_id, wallet) DO NOTHING
     RETURNING id, created_at, expires_at
 ),"""
 
@@ -135,7 +144,8 @@ RESULT_RECORDED = """{open} AS open,
            FROM (SELECT id, tx_id, "index", quantity FROM won
                  UNION ALL
                  SELECT id, tx_id, "index", quantity FROM tokens_token
-                 WHERE id = ANY(%(held_ids)s::bigint[])) x) END AS tokens"""
+                 WHERE id = ANY(%(held_ids)s::bigint[]) AND wallet = %(wallet)s::text) x)
+       END AS tokens"""
 
 # -- try-lock: the cached candidates ------------------------------------------------------
 
@@ -327,26 +337,30 @@ LOCK_STATEMENTS: dict[LockStatement, str] = {v: _compose(v) for v in _variants()
 # Remove this selection's lock rows (all, or the given tokens). The fence keeps a stale holder
 # from deleting locks that were re-granted to a newer selection under the same tx id. The rows
 # are row-locked in token-id order first (see the module docstring): a plain DELETE would take
-# them in physical order and could deadlock with an insert waiting on one of them.
+# them in physical order and could deadlock with an insert waiting on one of them. Given the
+# selection's wallet (the selector always knows it), only its partition is read.
 UNLOCK = """
 WITH{commit}
 doomed AS (
     SELECT token_id FROM locks_tokenlock{after}
-    WHERE spender_tx_id = %(tx_id)s::text AND fence = %(fence)s::bigint{only}
+    WHERE spender_tx_id = %(tx_id)s::text AND fence = %(fence)s::bigint{only}{of_wallet}
     ORDER BY token_id
     FOR UPDATE OF locks_tokenlock
 )
-DELETE FROM locks_tokenlock WHERE token_id IN (SELECT token_id FROM doomed)
+DELETE FROM locks_tokenlock WHERE token_id IN (SELECT token_id FROM doomed){of_wallet}
 """
 ONLY = "\n      AND token_id = ANY(%(token_ids)s::bigint[])"
-UNLOCK_STATEMENTS: dict[tuple[bool, bool], str] = {
-    (some, durable): UNLOCK.format(
+OF_WALLET = " AND wallet = %(wallet)s::text"
+UNLOCK_STATEMENTS: dict[tuple[bool, bool, bool], str] = {
+    (some, durable, by_wallet): UNLOCK.format(
         commit="" if durable else ASYNC_COMMIT,
         after="" if durable else ", commit_mode",
         only=ONLY if some else "",
+        of_wallet=OF_WALLET if by_wallet else "",
     )
     for some in (False, True)
     for durable in (False, True)
+    for by_wallet in (False, True)
 }
 
 # Authoritative totals for one wallet/currency: all unspent value, and the part held by live
@@ -357,6 +371,6 @@ SELECT coalesce(sum(t.quantity), 0) AS unspent,
            WHERE l.token_id IS NOT NULL AND l.expires_at > now()
              AND l.spender_tx_id <> %(tx_id)s::text), 0) AS locked
 FROM tokens_token t
-LEFT JOIN locks_tokenlock l ON l.token_id = t.id
+LEFT JOIN locks_tokenlock l ON l.token_id = t.id AND l.wallet = %(wallet)s::text
 WHERE t.wallet = %(wallet)s::text AND t.currency = %(currency)s::text AND t.spent_at IS NULL
 """

@@ -42,12 +42,18 @@ selections AS (
     SELECT %(prefix)s || grp || '-' || wallet || '-' || currency, wallet, currency, total,
            total, token_ids, 'locked', created, created + %(ttl)s * interval '1 second'
     FROM timed
-    RETURNING tx_id, fence, token_ids, created_at, expires_at
+    RETURNING tx_id, wallet, fence, token_ids, created_at, expires_at
+),
+-- Their transaction ids are claimed, as a recording selection claims its own.
+claimed AS (
+    INSERT INTO tokens_txclaim (namespace, tx_id, wallet)
+    SELECT '', tx_id, wallet FROM selections
+    ON CONFLICT (namespace, tx_id) DO NOTHING
 )
 INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, created_at, expires_at, wallet,
                              currency, quantity)
 SELECT p.id, s.tx_id, s.fence, s.created_at, s.expires_at, p.wallet, p.currency, p.quantity
 FROM selections s CROSS JOIN LATERAL unnest(s.token_ids) AS u(id)
 JOIN picked p ON p.id = u.id
-ON CONFLICT (token_id) DO NOTHING
+ON CONFLICT (wallet, token_id) DO NOTHING
 """

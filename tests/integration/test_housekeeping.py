@@ -204,17 +204,13 @@ def test_the_guard_is_released_after_a_pass_and_after_a_failure(db_url, monkeypa
     assert guard_is_free(db_url)
     token = make_token()
     make_lock(token, ttl=-60)
-    monkeypatch.setattr(
-        "locks.housekeeping.PASSES",
-        (
-            (
-                "expired",
-                "DELETE FROM locks_tokenlock WHERE expires_at < now() - %(grace)s * "
-                "interval '1 second' AND %(limit)s > 0",
-            ),
-            ("spent", "SELECT no_such_function()"),
-        ),
-    )
+    monkeypatch.setattr("locks.housekeeping.PASSES", ("expired", "spent"))
+    failing = {
+        "expired": "DELETE FROM locks_tokenlock WHERE expires_at < now() - %(grace)s * "
+        "interval '1 second' AND %(limit)s > 0",
+        "spent": "SELECT no_such_function()",
+    }
+    monkeypatch.setattr("locks.housekeeping.sql.partition_statements", lambda partitions: [failing])
     started = HousekeepingRun.objects.count()
     with pytest.raises(Exception, match="no_such_function"):
         run_housekeeping(grace_seconds=0)

@@ -29,9 +29,9 @@ def test_lock_insert_conflict_is_reported_by_on_conflict_do_nothing():
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, expires_at, wallet, "
-            "currency, quantity) VALUES (%s, 'tx-b', 2, now() + interval '1 minute', 'a', 'U', 1) "
-            "ON CONFLICT (token_id) DO NOTHING RETURNING token_id",
-            [token.pk],
+            "currency, quantity) VALUES (%s, 'tx-b', 2, now() + interval '1 minute', %s, 'U', 1) "
+            "ON CONFLICT (wallet, token_id) DO NOTHING RETURNING token_id",
+            [token.pk, token.wallet],
         )
         assert cursor.fetchall() == []
 

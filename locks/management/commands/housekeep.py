@@ -28,6 +28,12 @@ class Command(DatabaseCommand):
             default=None,
             help="keep locks this long after they expired or were spent",
         )
+        parser.add_argument(
+            "--partition",
+            type=int,
+            default=None,
+            help="only this partition (0 .. SHERDLOCK_PARTITIONS-1); default: every one",
+        )
 
     def handle(self, *args, **options) -> None:
         totals = {"expired": 0, "spent": 0, "rate_buckets": 0}
@@ -44,6 +50,7 @@ class Command(DatabaseCommand):
                 max_batches=options["max_batches"],
                 grace_seconds=options["grace_seconds"],
                 progress=progress,
+                partition=options["partition"],
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc

@@ -88,4 +88,6 @@ class Command(DatabaseCommand):
                     copy.write_row(row)
                     totals[row[3]] = totals.get(row[3], 0) + row[4]
             supply.add(totals)
+            # Their transaction ids are in use, as an issue's are (tokens.models.TxClaim).
+            cursor.execute(sql.CLAIM_ISSUE[0], ["", sorted({row[0] for row in rows})])
         return len(rows)
