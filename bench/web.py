@@ -135,9 +135,20 @@ class Api:
     def post(
         self, path: str, body: dict | None = None, headers: dict | None = None
     ) -> tuple[int, dict, float | None]:
-        """POST ``body``; return (status, JSON body, Retry-After seconds or None)."""
-        self.conn.request("POST", path, json.dumps(body or {}), {**self.headers, **(headers or {})})
-        response = self.conn.getresponse()
+        """POST ``body``; return (status, JSON body, Retry-After seconds or None).
+
+        A kept-alive connection the server closed meanwhile (gunicorn drops idle ones after a
+        few seconds) is reopened and the request sent again: every request of this API may be
+        repeated (a transaction id names its selection).
+        """
+        text, sent = json.dumps(body or {}), {**self.headers, **(headers or {})}
+        try:
+            self.conn.request("POST", path, text, sent)
+            response = self.conn.getresponse()
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            self.conn.close()
+            self.conn.request("POST", path, text, sent)
+            response = self.conn.getresponse()
         payload = response.read()
         retry = response.getheader("Retry-After")
         try:

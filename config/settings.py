@@ -58,11 +58,11 @@ def database_pooling(value: str | None) -> str:
 
 # DATABASE_POOL_SIZE: the most connections one process keeps to DATABASE_URL (Django's psycopg
 # pool), or "off" for a connection per thread kept CONN_MAX_AGE seconds.
-DEFAULT_POOL_SIZE = 16
+DEFAULT_POOL_SIZE = 4
 
 
 def database_pool_size(value: str | None) -> int | None:
-    """Read ``DATABASE_POOL_SIZE``: a positive size (default 16), or "off"/0 for no pool."""
+    """Read ``DATABASE_POOL_SIZE``: a positive size (default 4), or "off"/0 for no pool."""
     text = (value if value is not None else str(DEFAULT_POOL_SIZE)).strip().lower()
     if text in {"off", "0", "none"}:
         return None

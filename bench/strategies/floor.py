@@ -66,9 +66,9 @@ def script(workload: Workload, limit: int, lease: float) -> str:
     }
     shipped = locking.LockStatement(fetch=True, record=False, durable=False)
     fetch = re.sub(r"%\((\w+)\)s", lambda m: values[m[1]], locking.LOCK_STATEMENTS[shipped].strip())
-    unlock = re.sub(
-        r"%\((\w+)\)s", lambda m: values[m[1]], locking.UNLOCK_STATEMENTS[(False, False)].strip()
-    )
+    # All of the selection's locks, committed asynchronously, in its wallet: as the selector asks.
+    shipped_unlock = locking.UNLOCK_STATEMENTS[(False, False, True)]
+    unlock = re.sub(r"%\((\w+)\)s", lambda m: values[m[1]], shipped_unlock.strip())
     return (
         wallet_set
         + f"\\set need random({workload.min_quantity}, {workload.max_quantity})\n"
