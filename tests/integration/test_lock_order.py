@@ -48,6 +48,10 @@ def _in_thread(call):
         except Exception as exc:  # reported to the test
             outcome.append(exc)
         finally:
+            # The connection goes back to the process's pool: leave no setting behind.
+            with connection.cursor() as cursor:
+                cursor.execute("RESET enable_indexscan")
+                cursor.execute("RESET enable_bitmapscan")
             connection.close()
 
     thread = threading.Thread(target=run)
