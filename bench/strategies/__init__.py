@@ -39,7 +39,8 @@ CANDIDATES = (OURS, LISTENER)
 # set here override, every other SHERDLOCK_* variable of the caller is removed, so that ours
 # runs exactly what ships. Those that only say where things are stay.
 ENVIRONMENTS: dict[str, dict[str, str]] = {OURS: {}, LISTENER: {"SHERDLOCK_LISTEN": "1"}}
-KEPT = ("SHERDLOCK_DATA_DIR", "SHERDLOCK_TEST_DB")
+# Kept from the caller's environment: where things are, and the schema's shape (fixed at migrate).
+KEPT = ("SHERDLOCK_DATA_DIR", "SHERDLOCK_TEST_DB", "SHERDLOCK_PARTITIONS")
 
 __all__ = [
     "ALL",
