@@ -84,7 +84,6 @@ def run(cycles: int, profile: bool, top: int) -> tuple[float, float]:
     from bench.runner import make_workload
 
     workload = make_workload("spread", bench_args([]))
-    database.reset()
     database.seed(workload.tokens, workload.currency)
     api = Wsgi(web.api_key())
     rng = random.Random(1)

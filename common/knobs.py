@@ -73,6 +73,10 @@ class Knobs:
     housekeeping_history_days: float = 7.0
     # Whole seconds: beat's IntervalSchedule counts in integers.
     housekeeping_interval_seconds: int = 10
+    # Share of its wall time a housekeeper spends in statements while a backlog lasts: after a
+    # full batch it sleeps (1 / duty - 1) times as long as the batch took, so clearing a large
+    # backlog leaves the CPU, WAL and I/O it would take to the selections (1 never sleeps).
+    housekeeping_duty_cycle: float = 0.25
     # Hash partitions by wallet of the token, lock and selection tables: 1 leaves them
     # unpartitioned (their keys carry the wallet all the same). Read by the migration that
     # creates them, so fixed at migrate time (README, "Partitioning by wallet").
@@ -121,6 +125,11 @@ class Knobs:
                 "housekeeping_interval_seconds",
                 self.housekeeping_interval_seconds >= 1,
                 "must be at least 1",
+            ),
+            (
+                "housekeeping_duty_cycle",
+                0 < self.housekeeping_duty_cycle <= 1,
+                "must be above 0 and at most 1",
             ),
             ("partitions", 1 <= self.partitions <= 256, "must be between 1 and 256"),
         ]

@@ -121,17 +121,29 @@ def _release_guard(connection, key: int) -> None:
         logger.warning("the housekeeping guard was no longer held when released")
 
 
+def pause_after(started: float, duty_cycle: float) -> float:
+    """Return how long to sleep after a full batch begun at ``started`` (``time.monotonic``).
+
+    The housekeeper then spends ``duty_cycle`` of its wall time in statements while a backlog
+    lasts (``HOUSEKEEPING_DUTY_CYCLE``); a batch that ran out of rows is never followed by one.
+    """
+    return (time.monotonic() - started) * (1.0 / duty_cycle - 1.0)
+
+
 def _in_batches(
     connection, statement: str, params: dict[str, object], batch_size: int, max_batches: int
 ) -> int:
     """Run a bounded statement until it affects fewer rows than a batch; count them."""
     total = 0
+    duty_cycle = knobs().housekeeping_duty_cycle
     for _ in range(max_batches):
+        started = time.monotonic()
         with connection.cursor() as cursor:
             cursor.execute(statement, {**params, "limit": batch_size})
             total += cursor.rowcount
             if cursor.rowcount < batch_size:
                 break
+        time.sleep(pause_after(started, duty_cycle))
     return total
 
 
@@ -179,8 +191,10 @@ def _housekeep_partition(
     passes = [(kind, functools.partial(execute, statements[kind])) for kind in PASSES]
     if number == 0:
         passes.append((BUCKETS, functools.partial(prune_idle, batch_size, using=connection.alias)))
+    duty_cycle = knobs().housekeeping_duty_cycle
     for kind, delete_batch in passes:
         for _ in range(max_batches):
+            started = time.monotonic()
             count = delete_batch()
             counts["batches"] += 1
             removed[kind] += count
@@ -189,6 +203,7 @@ def _housekeep_partition(
                 progress(kind, count)
             if count < batch_size:  # nothing left that is not being worked on
                 break
+            time.sleep(pause_after(started, duty_cycle))
     counts["settled"] += _in_batches(
         connection, statements["settle"], {"grace": grace}, batch_size, max_batches
     )

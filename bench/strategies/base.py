@@ -19,13 +19,16 @@ from sherdlock import Candidate, WalletKey
 # has it: the baselines rely on them to see spent tokens as taken. (The service's spend removes
 # them; its lock statements re-check a token's spent mark under the token's row lock instead.)
 # Like the service's spend, it wakes requests waiting for the wallets it pays into (the chain
-# waits so); with nobody waiting that is one probe of an empty index.
+# waits so); with nobody waiting that is one probe of an empty index. The lease is tested where
+# no index can answer it (``IS TRUE``), so the lock rows are probed by token, as the service's
+# statements do (``locks.sql.locking.FREE`` says why).
 SPEND = """
 WITH held AS (
     SELECT t.id
     FROM tokens_token t JOIN locks_tokenlock l ON l.token_id = t.id
     WHERE t.id = ANY(%(ids)s) AND t.spent_at IS NULL
-      AND l.spender_tx_id = %(tx_id)s AND l.fence = %(fence)s AND l.expires_at > now()
+      AND l.spender_tx_id = %(tx_id)s AND l.fence = %(fence)s
+      AND (l.expires_at > now()) IS TRUE
     ORDER BY t.id
     FOR UPDATE OF t
 ),

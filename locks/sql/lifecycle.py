@@ -7,6 +7,10 @@ Then, as everywhere (see ``locks.sql.locking``), token rows before lock rows, lo
 token-id order. Every statement decides in SQL and returns a ``verdict`` the service maps to
 an answer; when the verdict is not "ok" nothing was written.
 
+A lock row's lease is tested as ``(l.expires_at > now()) IS TRUE``, which no index answers,
+so that the rows are found by the selection's key (wallet, spender, fence) and never through the
+expiry index, whose cost the statistics misjudge: ``locks.sql.locking.FREE`` says why.
+
 Composed with ``str.format`` at import, like ``locking``.
 """
 
@@ -60,7 +64,7 @@ SELECT CASE WHEN EXISTS (SELECT FROM sel) THEN 'ok' ELSE 'not_found' END AS verd
        (SELECT count(*) FROM locks_tokenlock l
         WHERE l.wallet = (SELECT wallet FROM sel)
           AND l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
-          AND l.expires_at > now()) AS live_locks
+          AND (l.expires_at > now()) IS TRUE) AS live_locks
 """
 
 # Columns every statement returns about the selection (NULLs when it was not found), then the
@@ -107,7 +111,7 @@ held AS MATERIALIZED (
     FROM inputs i JOIN locks_tokenlock l ON l.token_id = i.id
     WHERE l.wallet = (SELECT wallet FROM sel)
       AND l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
-      AND l.expires_at > now()
+      AND (l.expires_at > now()) IS TRUE
 ),
 asked AS MATERIALIZED (
     SELECT o.n AS position, o.idx, o.wallet, o.currency, o.quantity
@@ -225,7 +229,7 @@ live AS MATERIALIZED (
     SELECT l.token_id FROM locks_tokenlock l
     WHERE l.wallet = (SELECT wallet FROM sel)
       AND l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
-      AND l.expires_at > now() AND (SELECT status FROM sel) = 'locked'
+      AND (l.expires_at > now()) IS TRUE AND (SELECT status FROM sel) = 'locked'
     ORDER BY l.token_id
     FOR UPDATE OF l
 ),

@@ -47,14 +47,22 @@ gate AS MATERIALIZED (
 OPEN = "(SELECT open FROM gate)"
 
 # A token is free when no live lock row names it. Evaluated against the statement's snapshot: a
-# lock committed after it is caught by ON CONFLICT in the insert. The plan this gets is the
-# reason the lock table is analysed often (migration 0009): planned while the table was nearly
-# empty, the anti-join walks the whole table where it should look each token up by key.
-# The lock row is looked up by its key (token, wallet): the wallet prunes the lock table to the
-# claim's partition.
+# lock committed after it is caught by ON CONFLICT in the insert. The lock row is looked up by
+# its key (token, wallet), once per candidate; the wallet prunes the lock table to the claim's
+# partition. The check is written so that this probe is the only plan it can get:
+# - OFFSET 0 keeps it a per-row subplan (the planner does not turn a NOT EXISTS with an OFFSET
+#   into an anti-join, whose plan would hang on the lock table's size as last analysed);
+# - the lease test is an IS TRUE, which no index can answer. As an index condition, expires_at >
+#   now() is costed from statistics that never see the live rows: expires_at only grows, so
+#   between two analyses almost no row looks live, and the expiry index then looks cheaper than
+#   the key. Each probe would read every live lock of every wallet, a cost that grows with the
+#   table: with a million expired rows left by crashed spenders the lock statements became
+#   10-20x slower within seconds (tests/integration/test_plans.py keeps the probe on the key).
 FREE = """NOT EXISTS (
           SELECT FROM locks_tokenlock l
-          WHERE l.token_id = t.id AND l.wallet = %(wallet)s::text AND l.expires_at > now())"""
+          WHERE l.token_id = t.id AND l.wallet = %(wallet)s::text
+            AND (l.expires_at > now()) IS TRUE
+          OFFSET 0)"""
 
 UNSPENT_OF_KEY = """t.wallet = %(wallet)s::text AND t.currency = %(currency)s::text
       AND t.spent_at IS NULL"""

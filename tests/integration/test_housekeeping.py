@@ -21,7 +21,7 @@ from django.utils import timezone
 from prometheus_client import REGISTRY
 
 from locks import replica
-from locks.housekeeping import GUARD_KEY, run_housekeeping
+from locks.housekeeping import GUARD_KEY, pause_after, run_housekeeping
 from locks.models import HousekeepingRun
 from tests.factories import make_lock, make_token, make_tokens
 from tests.helpers.leases import remaining
@@ -132,6 +132,31 @@ def test_max_batches_ends_a_pass_early_and_the_next_pass_finishes():
     assert first.expired_removed == 4 and len(remaining()) == 1
     second = run_housekeeping(batch_size=2, max_batches=2, grace_seconds=0)
     assert second.expired_removed == 1 and remaining() == set()
+
+
+@pytest.mark.parametrize("duty_cycle", [0.25, 1.0])
+def test_a_backlog_is_removed_at_the_duty_cycle(settings, monkeypatch, duty_cycle):
+    # Full batches (more may follow) are each followed by a pause; the batch that runs out of
+    # rows is not, so a pass with nothing left to do never sleeps.
+    settings.SHERDLOCK = {**settings.SHERDLOCK, "HOUSEKEEPING_DUTY_CYCLE": duty_cycle}
+    for token in make_tokens(5):
+        make_lock(token, ttl=-60)
+    pauses: list[float] = []
+    monkeypatch.setattr("locks.housekeeping.time.sleep", pauses.append)
+    run = run_housekeeping(batch_size=2, max_batches=10, grace_seconds=0)
+    assert run.expired_removed == 5
+    assert len(pauses) == 2  # after the two full expired batches, not after the last one
+    assert all(pause > 0 for pause in pauses) if duty_cycle < 1 else pauses == [0.0, 0.0]
+    pauses.clear()
+    run_housekeeping(batch_size=2, max_batches=10, grace_seconds=0)
+    assert pauses == []
+
+
+def test_the_pause_after_a_batch_keeps_the_housekeeper_to_its_share(monkeypatch):
+    monkeypatch.setattr("locks.housekeeping.time.monotonic", lambda: 10.5)
+    assert pause_after(10.0, 0.25) == pytest.approx(1.5)  # 0.5 s of work, then 1.5 s idle
+    assert pause_after(10.0, 0.5) == pytest.approx(0.5)
+    assert pause_after(10.0, 1.0) == 0.0
 
 
 def test_bad_arguments_are_refused():

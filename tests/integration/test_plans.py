@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 
 from common import db
-from locks.sql import locking
+from locks.sql import lifecycle, locking
 from tests.factories import make_tokens
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,6 +33,13 @@ CALL = {
     "held_ids": [],
     "held_expiry": None,
     "token_ids": [],
+    "wallets": None,
+    "indexes": [],
+    "output_wallets": [],
+    "currencies": [],
+    "quantities": [],
+    "seconds": 60.0,
+    "max_lease": 600.0,
 }
 
 
@@ -86,3 +93,46 @@ def test_the_tx_id_gate_looks_the_claim_up_by_key_under_a_generic_plan(fetch):
     assert [(n["Relation Name"], n["Node Type"]) for n in by_tx_id] == [
         ("tokens_txclaim", "Index Only Scan")
     ]
+
+
+# Lock rows as a crash leaves them: many expired ones, analysed, then live ones that the
+# statistics have not seen yet (as between two autovacuum analyses while selections run), each
+# of its own spender.
+PLANT_LOCKS = """
+INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, created_at, expires_at,
+                             wallet, currency, quantity)
+SELECT id, %s || id, 1, now() + %s * interval '1 second' - interval '1 minute',
+       now() + %s * interval '1 second', wallet, currency, quantity
+FROM tokens_token WHERE wallet = %s ORDER BY id LIMIT %s
+"""
+
+
+STATEMENTS = {
+    "fetch-and-lock": locking.LOCK_STATEMENTS[locking.LockStatement(True, False, True)],
+    "try-lock": locking.LOCK_STATEMENTS[locking.LockStatement(False, False, True)],
+    "spend": lifecycle.SPEND,
+    "extend": lifecycle.EXTEND_STATEMENTS[True],
+    "read": lifecycle.READ,
+}
+
+
+@pytest.mark.parametrize("name", STATEMENTS)
+def test_lock_rows_are_found_by_key_whatever_the_statistics_say(name):
+    # Planned from statistics that saw almost no live lock, a lease test that an index can
+    # answer reads every live lock row of every wallet through the expiry index, where one probe
+    # by key (token and wallet, or the selection's spender and fence) is what it should do. It
+    # then costs more with every live lock in the table.
+    make_tokens(3000, wallet="alice", quantity=1)
+    make_tokens(3000, wallet="bob", quantity=1)
+    with connection.cursor() as cursor:
+        cursor.execute(PLANT_LOCKS, ["crashed", -3600, -3600, "alice", 2000])
+        cursor.execute("ANALYZE locks_tokenlock")
+        cursor.execute(PLANT_LOCKS, ["live", 0, 60, "bob", 2500])
+    probes = [
+        n for n in generic_plan(STATEMENTS[name]) if n.get("Relation Name") == "locks_tokenlock"
+    ]
+    reads = [
+        (n["Node Type"], n.get("Index Name")) for n in probes if n["Node Type"] != "ModifyTable"
+    ]
+    assert reads and all(index != "tokenlock_expires_at" for _, index in reads), reads
+    assert all(node in ("Index Scan", "Index Only Scan") for node, _ in reads), reads

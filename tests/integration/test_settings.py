@@ -252,6 +252,8 @@ def test_knobs_are_read_and_typed_from_the_environment():
         ("SHERDLOCK_BACKOFF_MIN", "0.1", "BACKOFF_MAX=0.05 .*at least BACKOFF_MIN"),
         ("SHERDLOCK_LISTEN", "maybe", "SHERDLOCK_LISTEN='maybe': use one of"),
         ("SHERDLOCK_HOUSEKEEPING_INTERVAL_SECONDS", "2.5", "whole number"),
+        ("SHERDLOCK_HOUSEKEEPING_DUTY_CYCLE", "0", "DUTY_CYCLE=0.0 .*above 0 and at most 1"),
+        ("SHERDLOCK_HOUSEKEEPING_DUTY_CYCLE", "1.5", "DUTY_CYCLE=1.5 .*above 0 and at most 1"),
     ],
 )
 def test_bad_knobs_are_refused_naming_the_variable(variable, value, message):
