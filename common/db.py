@@ -62,8 +62,8 @@ def cursor(using: str = DEFAULT_DB_ALIAS, threshold: int | None = -1) -> psycopg
     psycopg knows it closed or broken, or the server has said something to an idle connection
     (a server shutting down or restarting sends its sessions a FATAL message and closes them,
     so the socket turns readable). Counted as the request's check, so the ORM skips its own.
-    With a pool (``DATABASE_POOL_SIZE``) the pool checks each connection it lends instead, and
-    this thread's connection is borrowed here if it holds none.
+    With a pool (``DATABASE_POOL_SIZE``) the same check is made on each connection the pool lends
+    (``common.postgres``), and this thread's connection is borrowed here if it holds none.
     """
     connection = connections[using]
     raw = connection.connection
@@ -71,7 +71,7 @@ def cursor(using: str = DEFAULT_DB_ALIAS, threshold: int | None = -1) -> psycopg
     if raw is not None and not connection.health_check_done:  # type: ignore[attr-defined]
         if raw.closed or raw.broken:
             connection.close()
-        elif _spoken_to(raw):
+        elif spoken_to(raw):
             connection.close_if_health_check_failed()
         connection.health_check_done = True  # type: ignore[attr-defined]
     connection.ensure_connection()
@@ -103,7 +103,7 @@ def release(using: str = DEFAULT_DB_ALIAS) -> bool:
     return True
 
 
-def _spoken_to(raw: psycopg.Connection) -> bool:
+def spoken_to(raw: psycopg.Connection) -> bool:
     """Tell whether the server has sent anything to this idle connection (no wait)."""
     try:
         readable, _, _ = select.select([raw.fileno()], [], [], 0)

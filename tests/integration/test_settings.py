@@ -46,14 +46,15 @@ def test_process_refuses_to_start_on_sqlite():
 def test_postgres_url_is_used_as_given():
     config = database_settings("postgres://u:p@db.example:6543/prod")
     assert (config["HOST"], config["PORT"], config["NAME"]) == ("db.example", 6543, "prod")
-    assert config["ENGINE"] == "django.db.backends.postgresql"
+    assert config["ENGINE"] == "common.postgres"  # Django's, lending without a check query
     assert config["OPTIONS"]["pool"]["max_size"] == DEFAULT_POOL_SIZE
-    assert config["CONN_MAX_AGE"] == 0 and config["CONN_HEALTH_CHECKS"]
+    assert config["CONN_MAX_AGE"] == 0 and not config["CONN_HEALTH_CHECKS"]
     assert not config.get("DISABLE_SERVER_SIDE_CURSORS")
 
 
 def test_without_a_pool_each_thread_keeps_its_connection():
     config = database_settings("postgres://u:p@db.example:6543/prod", pool_size=None)
+    assert config["ENGINE"] == "django.db.backends.postgresql"
     assert config["CONN_MAX_AGE"] == 300 and config["CONN_HEALTH_CHECKS"]
     assert "pool" not in config.get("OPTIONS", {})
 

@@ -1,0 +1,42 @@
+"""Django's PostgreSQL backend, with a pool that checks what it lends at no cost.
+
+Django's pool (``OPTIONS["pool"]``) checks each connection it lends with psycopg_pool's
+``check_connection``, an empty query: a round trip before the first statement of every request,
+two of the seven of a select + spend or release cycle. Here a lent connection is checked the
+way ``common.db.cursor`` checks a kept one: psycopg knows it closed or broken, or the server has
+said something to it while it sat idle (a server shutting down or restarting, or an operator's
+``pg_terminate_backend``, sends its sessions a FATAL message and closes them, so the socket
+turns readable). Such a connection is closed, which makes the pool drop it, and another is
+borrowed. ``config.settings`` turns Django's own check off for this engine
+(``CONN_HEALTH_CHECKS``), since this one replaces it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.backends.postgresql import base
+
+from common.db import spoken_to
+
+# Connections a borrow may find dead in a row before it gives up checking and takes the next
+# one as it is (its first statement then fails, and that request answers 503).
+MAX_DEAD = 16
+
+
+class DatabaseWrapper(base.DatabaseWrapper):
+    """Django's PostgreSQL wrapper; a pooled connection is checked without a query."""
+
+    def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
+        # Django 5.1's pool; django-stubs does not declare it yet.
+        pool = self.pool  # type: ignore[attr-defined]
+        if pool is None:
+            return super().get_new_connection(conn_params)
+        pool.open()
+        for _ in range(MAX_DEAD):
+            raw = pool.getconn()
+            if not (raw.closed or raw.broken or spoken_to(raw)):
+                return raw
+            raw.close()  # a closed connection given back is dropped and replaced
+            pool.putconn(raw)
+        return pool.getconn()

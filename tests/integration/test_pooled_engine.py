@@ -1,0 +1,38 @@
+"""The pooled engine (``common.postgres``): what the pool lends is checked without a query."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+from django.db import connection
+
+from common import db
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+END_OTHERS = """
+SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+"""
+
+
+def backend_pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+def test_a_connection_the_server_ended_is_not_lent(db_url):
+    assert connection.pool is not None, "the default settings pool connections"
+    assert not connection.settings_dict["CONN_HEALTH_CHECKS"]  # no check query per borrow
+    first = backend_pid()
+    db.release()  # back to the pool, idle, as between two requests
+    with psycopg.connect(db_url, autocommit=True) as operator:
+        ended = operator.execute(END_OTHERS).fetchall()
+    assert ended, "the pooled connection's backend was ended"
+    time.sleep(0.2)  # the server's FATAL message reaches the idle sockets
+    # Without the check the pool would lend a dead connection and this would fail.
+    assert backend_pid() != first
+    db.release()
