@@ -238,7 +238,12 @@ class Selector:
             if batch:
                 # Not granted means someone else holds, spent or is touching the token. It
                 # left the queue and comes back only if a later fetch sees it free.
-                stats.cache_hits += len(batch) - len(self._try_lock(rnd, batch))
+                missed = self._try_lock(rnd, batch)
+                stats.cache_hits += len(batch) - len(missed)
+                if missed:
+                    # Others are taking this wallet's tokens faster than the queue ages: the
+                    # rest of it is as likely taken. A fetch reads what is free now.
+                    cache.invalidate(rnd.key)
                 continue
 
             if fetches:

@@ -69,12 +69,32 @@ def test_stale_cache_yields_conflicts_never_double_grants(store, clock, sleeper,
     second = a.select("tx-a2", key.wallet, key.currency, 2)
 
     assert second.stats.lock_conflicts > 0
-    assert second.stats.lock_attempts == second.stats.lock_conflicts + second.stats.cache_hits
+    # Every attempt was either refused or granted, whether from the queue or a fetch.
+    assert second.stats.lock_attempts == second.stats.lock_conflicts + len(second.token_ids)
     assert set(second.token_ids).isdisjoint(taken.token_ids)
     assert set(second.token_ids).isdisjoint(first.token_ids)
     assert cached & set(taken.token_ids)
     for selection in (first, taken, second):
         assert_owns(store, selection)
+
+
+def test_a_refused_queued_token_sends_the_rest_of_the_queue_to_a_fetch(store, clock, sleeper, key):
+    # Under contention a queue goes stale faster than it ages out: once one queued token turns
+    # out taken, the rest are as likely taken, so the next tokens come from a fetch of what is
+    # free now instead of one refused try after another.
+    issue(store, key, [1] * 12)
+    a = make_selector(store, clock, sleeper, seed=1)
+    b = make_selector(store, clock, sleeper, seed=2)
+    a.select("tx-a1", key.wallet, key.currency, 1)
+    queued = len(a.cache.peek(key))
+    taken = b.select("tx-b", key.wallet, key.currency, 9)  # 2 tokens left free
+
+    second = a.select("tx-a2", key.wallet, key.currency, 2)
+
+    assert queued > 2 and second.stats.fetches == 1
+    assert second.stats.lock_conflicts < queued - 2  # not every stale queued token was tried
+    assert set(second.token_ids).isdisjoint(taken.token_ids) and second.total == 2
+    assert not {c.token_id for c in a.cache.peek(key)} & set(taken.token_ids)
 
 
 def test_expired_cache_is_not_used(store, clock, sleeper, key):
