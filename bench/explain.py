@@ -142,17 +142,15 @@ class Cycles:
         tx_id = f"explain-{os.getpid()}-{self.count}"
         wallet = wallet or f"{PREFIX}{self.rng.randrange(self.wallets)}"
         self.last_wallet = wallet
-        # What the REST path adds before a selection: the rolling rate limits of the key and
-        # the wallet, at their defaults.
+        # What the REST path adds to a selection: the rolling rate limits of the key and the
+        # wallet, at their defaults, taken by the statement that locks.
         rates = throttling.configured_rates()
-        throttling.consume(
-            {
-                "selections_per_key:explain": rates["selections_per_key"],
-                f"selections_per_wallet:{wallet}": rates["selections_per_wallet"],
-            },
-            self.rng,
-        )
-        selection, _ = services.select_tokens(tx_id, wallet, CURRENCY, self.rng.randint(1, 30))
+        buckets = {
+            "selections_per_key:explain": rates["selections_per_key"],
+            f"selections_per_wallet:{wallet}": rates["selections_per_wallet"],
+        }
+        with throttling.charging(buckets):
+            selection, _ = services.select_tokens(tx_id, wallet, CURRENCY, self.rng.randint(1, 30))
         kind = kind or ("spend" if self.count % 2 else "release")
         if self.count % 10 == 0 or kind == "extend":
             services.extend_selection(tx_id, 30)

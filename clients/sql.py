@@ -16,8 +16,9 @@ from common.sql import ASYNC_COMMIT
 DECAYED = """GREATEST(0, {row}.used - {rate}.capacity
                              * EXTRACT(EPOCH FROM statement_timestamp() - {row}.updated_at)
                              / {rate}.period)"""
-CONSUME_TEMPLATE = """
-WITH{commit}
+# The buckets' CTEs, also run by the selection statements that take a request's units where
+# they lock (locks.sql.locking, METERED): ``asked`` the buckets, ``taken`` those that had a unit.
+BUCKET_CTES = """
 asked AS MATERIALIZED (
     SELECT key, capacity, period
     FROM unnest(%(keys)s::text[], %(capacities)s::float8[], %(periods)s::float8[])
@@ -31,20 +32,47 @@ taken AS (
             capacity = EXCLUDED.capacity, period = EXCLUDED.period
         WHERE {decayed_excluded} + 1 <= EXCLUDED.capacity
     RETURNING b.key
-)
-SELECT a.key, t.key IS NOT NULL AS allowed, a.capacity, a.period,
+),"""
+# One row per bucket: (key, allowed, capacity, period, used as found when refused), the shape
+# ``clients.throttling.refusal_wait`` reads.
+VERDICTS = """a.key, t.key IS NOT NULL AS allowed, a.capacity, a.period,
        CASE WHEN t.key IS NULL THEN {decayed_found} END AS used
 FROM asked a
 LEFT JOIN taken t ON t.key = a.key
-LEFT JOIN clients_ratebucket b ON b.key = a.key
-"""
+LEFT JOIN clients_ratebucket b ON b.key = a.key"""
+FILL = {
+    "decayed_excluded": DECAYED.format(row="b", rate="EXCLUDED"),
+    "decayed_found": DECAYED.format(row="b", rate="a"),
+}
+CONSUME_TEMPLATE = "WITH{commit}" + BUCKET_CTES.rstrip(",") + "\nSELECT " + VERDICTS + "\n"
+# A request's units taken by the statement that locks for it (clients.throttling.charging,
+# locks.sql.locking): the buckets' CTEs, then whether every bucket had a unit. The choice is
+# empty unless all had, so a refused request locks and records nothing; its refused buckets'
+# state comes back to say how long to wait. Bucket rows are taken before any token row (the
+# choice's filter reads ``admitted`` first) and nothing that takes bucket rows takes anything
+# else, so the lock statements' order rules (token rows, then lock rows in token-id order)
+# still hold.
+METERED = (
+    BUCKET_CTES.format(after="", **FILL)
+    + """
+admitted AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM taken) = (SELECT count(*) FROM asked) AS ok
+),"""
+)
+ADMITTED = "(SELECT ok FROM admitted)"
+RESULT_METERED = """,
+       {admitted} AS admitted,
+       CASE WHEN NOT {admitted} THEN (
+           SELECT json_agg(json_build_array(v.key, v.allowed, v.capacity, v.period, v.used))
+           FROM (SELECT {verdicts}) v)
+       END AS refusals""".format(admitted=ADMITTED, verdicts=VERDICTS.format(**FILL))
+
 # Inside a caller's transaction (tests) the statement leaves the commit mode alone.
 CONSUME = {
     durable: CONSUME_TEMPLATE.format(
         commit="" if durable else ASYNC_COMMIT,
         after="" if durable else ", commit_mode",
-        decayed_excluded=DECAYED.format(row="b", rate="EXCLUDED"),
-        decayed_found=DECAYED.format(row="b", rate="a"),
+        **FILL,
     )
     for durable in (False, True)
 }

@@ -9,22 +9,26 @@ every ``period / capacity`` seconds instead of waiting for a window to reset::
 A selection is limited per API key and per wallet; both buckets are checked and taken in one
 statement on the database clock (``clients.sql.CONSUME``), so concurrent requests on any
 replica (and replicas with skewed clocks) never overspend a bucket. A request refused by one
-limit still counts against the other (it was attempted). A busy bucket is split into shards,
+limit still counts against the other (it was attempted). A selection takes its units in the
+statement that locks its tokens (``charging``: no round trip of its own), and locks nothing when
+a bucket refuses. A busy bucket is split into shards,
 each holding an equal share of the rate, and a request draws one shard at random: a hot
 wallet's selections then update several rows instead of queueing on one.
 """
 
 from __future__ import annotations
 
-import math
 import random
 import re
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
-from rest_framework.throttling import BaseThrottle
+from rest_framework.exceptions import Throttled
 
 from clients import sql
 from clients.permissions import api_key
@@ -133,11 +137,25 @@ def bucket_states(keys: list[str]) -> dict[str, BucketState]:
     return states
 
 
-def consume(buckets: dict[str, Rate], rng: random.Random | None = None) -> tuple[bool, float]:
-    """Take one unit from every bucket (a random shard of each); return (allowed, wait).
+class RateLimited(Throttled):
+    """A selection a rate limit refused (429, ``Retry-After``); nothing was locked."""
 
-    ``wait`` is the seconds until every refusing bucket has a unit again.
-    """
+
+@dataclass(frozen=True)
+class Meter:
+    """The buckets one request takes a unit from: a shard of each, with its capacity."""
+
+    keys: list[str]
+    capacities: list[float]
+    periods: list[float]
+
+    def params(self) -> dict[str, list]:
+        """Return the parameters of ``clients.sql.BUCKET_CTES``."""
+        return {"keys": self.keys, "capacities": self.capacities, "periods": self.periods}
+
+
+def meter_of(buckets: dict[str, Rate], rng: random.Random | None = None) -> Meter:
+    """Draw a random shard of each bucket (a busy bucket is split, see ``Rate.shards``)."""
     draw = (rng or random).randrange
     keys, capacities, periods = [], [], []
     for name, rate in buckets.items():
@@ -145,60 +163,113 @@ def consume(buckets: dict[str, Rate], rng: random.Random | None = None) -> tuple
         keys.append(f"{name}#{draw(shards)}" if shards > 1 else name)
         capacities.append(rate.count / shards)
         periods.append(rate.period)
-    statement = sql.CONSUME[connection.in_atomic_block]
-    cursor = db.execute(statement, {"keys": keys, "capacities": capacities, "periods": periods})
-    wait = 0.0
-    allowed = True
-    for _key, ok, capacity, period, used in cursor.fetchall():
+    return Meter(keys, capacities, periods)
+
+
+def refusal_wait(verdicts: Iterable[Sequence]) -> float | None:
+    """Return the seconds until every refusing bucket has a unit again; None if none refused.
+
+    ``verdicts`` are rows (key, allowed, capacity, period, used as found) of
+    ``clients.sql.VERDICTS``.
+    """
+    wait = None
+    for _key, ok, capacity, period, used in verdicts:
         if ok:
             continue
-        allowed = False
         if used is None:
             # Created by a concurrent request after this statement's snapshot: it is nearly
             # full, so one unit's worth of time is the honest estimate.
-            wait = max(wait, period / capacity)
+            needed = period / capacity
         else:
-            wait = max(wait, max(float(used) - (capacity - 1), 0.0) * period / capacity)
-    return allowed, wait
+            needed = max(float(used) - (capacity - 1), 0.0) * period / capacity
+        wait = max(wait or 0.0, needed)
+    return wait
 
 
-class SelectionRateThrottle(BaseThrottle):
-    """Limit selections per API key and per wallet (``SHERDLOCK_RATE_LIMITS``)."""
+def consume(buckets: dict[str, Rate], rng: random.Random | None = None) -> tuple[bool, float]:
+    """Take one unit from every bucket (a random shard of each); return (allowed, wait).
 
-    def __init__(self) -> None:
-        self._wait: float | None = None
+    ``wait`` is the seconds until every refusing bucket has a unit again.
+    """
+    statement = sql.CONSUME[connection.in_atomic_block]
+    cursor = db.execute(statement, meter_of(buckets, rng).params())
+    wait = refusal_wait(cursor.fetchall())
+    return wait is None, wait or 0.0
 
-    def buckets(self, request) -> dict[str, Rate]:
-        """Return the buckets this request draws from, by name."""
-        limits = settings.SHERDLOCK_RATE_LIMITS
-        key = api_key(request)
-        if key is None:
-            return {}
-        out = {}
-        if rate := parse_rate(limits.get("selections_per_key")):
-            out[f"selections_per_key:{key.prefix}"] = rate
-        data = request.data
-        wallet = data.get("wallet") if isinstance(data, dict) else None
-        # Malformed wallets are refused by the serializer; wallets outside the key's scope are
-        # refused by the view and must not drain another client's bucket.
-        if (
-            (rate := parse_rate(limits.get("selections_per_wallet")))
-            and is_identifier(wallet)
-            and key.may_use(wallet)
-        ):
-            out[f"selections_per_wallet:{wallet}"] = rate
-        return out
 
-    def allow_request(self, request, view) -> bool:
-        buckets = self.buckets(request)
-        if not buckets:
-            return True
-        allowed, wait = consume(buckets)
-        self._wait = None if allowed else wait
-        return allowed
+# The meter of the request being served in this context, until a statement takes it.
+_pending: ContextVar[Meter | None] = ContextVar("sherdlock_pending_meter", default=None)
 
-    def wait(self) -> float | None:
-        """Return whole seconds until one unit has replenished (at least 1)."""
-        if self._wait is None:
-            return None
-        return float(max(1, math.ceil(self._wait)))
+
+def take_pending() -> Meter | None:
+    """Return the meter the next locking statement is to take its units with, once."""
+    meter = _pending.get()
+    if meter is not None:
+        _pending.set(None)
+    return meter
+
+
+def charge_now() -> None:
+    """Take the pending meter's units now, in a statement of their own (a request about to
+    wait for held funds is refused before it waits); raise ``RateLimited`` if refused."""
+    meter = take_pending()
+    if meter is not None and (wait := refusal_wait(_consume_meter(meter))) is not None:
+        raise RateLimited(wait)
+
+
+@contextmanager
+def charging(buckets: dict[str, Rate]) -> Iterator[None]:
+    """Charge the request served in the block to ``buckets``, in its first locking statement.
+
+    That statement takes the units and locks nothing if a bucket refuses; the store then raises
+    ``RateLimited``. A block that ends without running one (a selection refused before it
+    locked, say) is charged on the way out, and a refusal then replaces its error.
+    """
+    if not buckets:
+        yield
+        return
+    meter = meter_of(buckets)
+    token = _pending.set(meter)
+    try:
+        yield
+    except Exception:
+        if _pending.get() is meter:
+            _pending.set(None)
+            wait = refusal_wait(_consume_meter(meter))
+            if wait is not None:
+                raise RateLimited(wait) from None
+        raise
+    else:
+        if _pending.get() is meter:
+            _consume_meter(meter)
+    finally:
+        _pending.reset(token)
+
+
+def _consume_meter(meter: Meter) -> list[tuple]:
+    cursor = db.execute(sql.CONSUME[connection.in_atomic_block], meter.params())
+    return cursor.fetchall()
+
+
+def selection_buckets(request) -> dict[str, Rate]:
+    """Return the buckets a selection request draws from, by name (``SHERDLOCK_RATE_LIMITS``).
+
+    Per API key, and per wallet when the request names one the key may use: a wallet outside
+    the key's scope is refused (403) and must not drain another client's bucket.
+    """
+    limits = settings.SHERDLOCK_RATE_LIMITS
+    key = api_key(request)
+    if key is None:
+        return {}
+    out = {}
+    if rate := parse_rate(limits.get("selections_per_key")):
+        out[f"selections_per_key:{key.prefix}"] = rate
+    data = request.data
+    wallet = data.get("wallet") if isinstance(data, dict) else None
+    if (
+        (rate := parse_rate(limits.get("selections_per_wallet")))
+        and is_identifier(wallet)
+        and key.may_use(wallet)
+    ):
+        out[f"selections_per_wallet:{wallet}"] = rate
+    return out

@@ -27,6 +27,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+from clients.throttling import RateLimited
 from common.errors import error_body
 from config.embedded_db import EmbeddedDatabaseError
 from config.outage import UNAVAILABLE_RETRY_AFTER, is_connection_loss, note_connection_loss
@@ -117,6 +118,10 @@ ERRORS: dict[type[Exception], HttpError] = {
     RequestTooLarge: HttpError(413, "request_too_large"),
     exceptions.UnsupportedMediaType: HttpError(415, "unsupported_media_type"),
     exceptions.Throttled: HttpError(
+        429, "rate_limited", headers=lambda exc: {"Retry-After": _retry_after(exc.wait)}
+    ),
+    # Refused by the statement that would have locked (clients.throttling.charging).
+    RateLimited: HttpError(
         429, "rate_limited", headers=lambda exc: {"Retry-After": _retry_after(exc.wait)}
     ),
     ServiceUnavailable: HttpError(

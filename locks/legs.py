@@ -19,6 +19,7 @@ from decimal import Decimal
 from django.db import transaction
 from psycopg.types.json import Jsonb
 
+from clients.throttling import RateLimited
 from common import db
 from locks import metrics
 from locks.errors import SelectionNotFound, TxIdConflict
@@ -63,6 +64,8 @@ def select_tokens_legs(
         key = exc.key
         record_failure(namespace, tx_id, wallet, key.currency, exc.requested, exc, name)
         raise
+    except RateLimited:
+        raise  # refused before it locked anything: not a selection
     except Exception:
         metrics.record_selection(time.monotonic() - started, "error", None)
         raise

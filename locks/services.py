@@ -14,6 +14,7 @@ from datetime import datetime
 from decimal import Decimal
 from functools import partial
 
+from clients.throttling import RateLimited
 from locks import metrics, waiting
 from locks.errors import (
     SelectionNotFound,
@@ -108,6 +109,8 @@ def select_tokens(
         )
         record_failure(namespace, tx_id, wallet, currency, quantity, exc, _name(strategy))
         raise
+    except RateLimited:
+        raise  # refused before it locked anything: not a selection
     except Exception:
         metrics.record_selection(time.monotonic() - started, "error", None)
         raise

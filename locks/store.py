@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 
+from clients import throttling
 from common import db
 from locks.sql import locking
 from sherdlock import (
@@ -192,14 +193,26 @@ class PostgresTokenStore:
         named = claim.record and claim.strategy != "random"
         if named:
             params["strategy"] = claim.strategy
+        # The first locking statement of a rate-limited request takes its units
+        # (clients.throttling.charging) and locks nothing if a bucket refuses.
+        meter = throttling.take_pending()
+        if meter is not None:
+            params.update(meter.params())
         variant = locking.LockStatement(
             fetch=fetch,
             record=claim.record,
             durable=self._durable(),
             order=claim.order if fetch else "random",
             strategy=named,
+            metered=meter is not None,
         )
-        return db.one(self._execute(locking.LOCK_STATEMENTS[variant], params))
+        row = db.one(self._execute(locking.LOCK_STATEMENTS[variant], params))
+        if meter is None:
+            return row
+        *columns, admitted, refusals = row
+        if not admitted:
+            raise throttling.RateLimited(throttling.refusal_wait(refusals or ()))
+        return tuple(columns)
 
     def _durable(self) -> bool:
         # Inside a caller's transaction the statement's commit is the caller's: leave its

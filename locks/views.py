@@ -19,7 +19,7 @@ from clients.permissions import (
     scope_queryset,
     wallet_scope,
 )
-from clients.throttling import SelectionRateThrottle
+from clients.throttling import charge_now, charging, selection_buckets
 from common.errors import error_responses
 from common.pagination import IdCursorPagination
 from common.rules import ID_MAX_LENGTH, identifier_schema, is_identifier
@@ -118,12 +118,6 @@ class SelectionListCreate(generics.ListAPIView):
     def get_queryset(self):
         return scope_queryset(self.request, Selection.objects.with_state())
 
-    def get_throttles(self):
-        # Only selecting costs lock-table work worth limiting; reads are not throttled.
-        if self.request.method == "POST":
-            return [SelectionRateThrottle()]
-        return []
-
     def get_serializer_context(self):
         context = super().get_serializer_context()
         if getattr(self, "page", None) is not None:
@@ -176,6 +170,12 @@ class SelectionListCreate(generics.ListAPIView):
         },
     )
     def post(self, request):
+        # Only selecting costs lock-table work worth limiting; reads are not throttled. The
+        # units are taken by the statement that locks (clients.throttling.charging).
+        with charging(selection_buckets(request)):
+            return self._select(request)
+
+    def _select(self, request):
         serializer = select_request(request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
@@ -197,6 +197,8 @@ class SelectionListCreate(generics.ListAPIView):
         wait = data.pop("wait", None)
         if wait is None and (wait := preferred_wait(request)) is not None:
             headers["Preference-Applied"] = f"wait={wait}"
+        if wait:
+            charge_now()  # refused before it waits, not after
         selection, created = select_tokens(
             **data, namespace=request_namespace(request), wait=float(wait or 0), strategy=strategy
         )

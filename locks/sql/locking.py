@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from clients.sql import ADMITTED, METERED, RESULT_METERED
 from common.sql import ASYNC_COMMIT
 
 # -- fragments ----------------------------------------------------------------------------
@@ -292,12 +293,13 @@ class LockStatement:
     durable: bool  # commit synchronously
     order: str = "random"  # fetch: random, or by quantity (ascending, descending)
     strategy: bool = False  # record: name the strategy on the selection row
+    metered: bool = False  # take the request's rate-limit units, lock nothing if refused
 
 
 # A locking statement: its CTEs in this order (a variant leaves out the ones it does without),
 # the last one's comma dropped, then the result row.
 LOCK = "WITH{ctes}\n{result}"
-LOCK_CTES = "{commit_mode}{fence}{gate}{choice}{wanted}{granted}{recorded}"
+LOCK_CTES = "{commit_mode}{fence}{meter}{gate}{choice}{wanted}{granted}{recorded}"
 
 
 def _choice(variant: LockStatement) -> str:
@@ -308,11 +310,13 @@ def _choice(variant: LockStatement) -> str:
 
 def _compose(variant: LockStatement) -> str:
     """Assemble one locking statement from the fragments."""
-    gated = "\n      AND {open}".format(open=OPEN) if variant.record else ""
+    gates = ([OPEN] if variant.record else []) + ([ADMITTED] if variant.metered else [])
+    gated = "".join(f"\n      AND {gate}" for gate in gates)
     fill = {"unspent_of_key": UNSPENT_OF_KEY, "free": FREE, "gated": gated, "open": OPEN}
     ctes = LOCK_CTES.format(
         commit_mode="" if variant.durable else ASYNC_COMMIT,
         fence=FENCE.format(after="" if variant.durable else AFTER_COMMIT_MODE),
+        meter=METERED if variant.metered else "",
         gate=GATE if variant.record else "",
         choice=_choice(variant).format(**fill, direction=DIRECTIONS.get(variant.order, "")),
         wanted=WANTED.format(**fill),
@@ -324,7 +328,7 @@ def _compose(variant: LockStatement) -> str:
     result = RESULT.format(
         fetched=FETCH_EXTRA.format(**fill) if variant.fetch else "",
         outcome=RESULT_RECORDED.format(**fill) if variant.record else RESULT_PLAIN,
-    )
+    ) + (RESULT_METERED if variant.metered else "")
     return LOCK.format(ctes=ctes.rstrip(","), result=result)
 
 
@@ -332,12 +336,16 @@ def _variants() -> Iterator[LockStatement]:
     for fetch in (False, True):
         for record in (False, True):
             for durable in (False, True):
-                yield LockStatement(fetch, record, durable)
-                # The strategies' variants: fetches in quantity order, rows naming strategies.
-                for order in ("random", "ascending", "descending") if fetch else ("random",):
-                    for strategy in (False, True) if record else (False,):
-                        if order != "random" or strategy:
-                            yield LockStatement(fetch, record, durable, order, strategy)
+                # Metered: the first statement of a rate-limited request (clients.throttling).
+                for metered in (False, True):
+                    yield LockStatement(fetch, record, durable, metered=metered)
+                    # The strategies' variants: fetches in quantity order, rows naming them.
+                    for order in ("random", "ascending", "descending") if fetch else ("random",):
+                        for strategy in (False, True) if record else (False,):
+                            if order != "random" or strategy:
+                                yield LockStatement(
+                                    fetch, record, durable, order, strategy, metered
+                                )
 
 
 LOCK_STATEMENTS: dict[LockStatement, str] = {v: _compose(v) for v in _variants()}

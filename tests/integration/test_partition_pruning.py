@@ -121,6 +121,10 @@ def lock_params(cursor, wallet: str, tx_id: str = "tx-new") -> dict:
         "smallest": 8,
         "largest": 8,
         "cap": None,
+        # A metered variant's rate-limit buckets (unpartitioned, keyed by name).
+        "keys": ["selections_per_key:k", f"selections_per_wallet:{wallet}"],
+        "capacities": [1000.0, 1000.0],
+        "periods": [60.0, 60.0],
     }
 
 

@@ -29,17 +29,19 @@ def queries_of(call) -> tuple[list[str], object]:
     return [q["sql"] for q in captured], result
 
 
-def test_select_is_the_rate_limit_and_one_locking_statement(warm):
-    # A cold replica cache: the fetch locks and records the selection in one statement.
+def test_select_is_one_statement_that_takes_the_rate_limit_where_it_locks(warm):
+    # A cold replica cache: the fetch takes the key's and the wallet's units, locks and records
+    # the selection, all in one statement.
     statements, response = queries_of(lambda: select(warm, "tx-1", "25"))
-    assert len(statements) == 2, statements
+    assert len(statements) == 1, statements
     assert "clients_ratebucket" in statements[0]
-    assert "INSERT INTO locks_tokenlock" in statements[1]
-    assert "INSERT INTO locks_selection" in statements[1]
-    # Served from the cache the fetch filled: still one locking statement.
+    assert "INSERT INTO locks_tokenlock" in statements[0]
+    assert "INSERT INTO locks_selection" in statements[0]
+    # Served from the cache the fetch filled: still one statement.
     statements, _ = queries_of(lambda: select(warm, "tx-2", "25"))
-    assert len(statements) == 2, statements
-    assert "pivot" not in statements[1]  # a try-lock of cached candidates, not a fetch
+    assert len(statements) == 1, statements
+    assert "clients_ratebucket" in statements[0]
+    assert "pivot" not in statements[0]  # a try-lock of cached candidates, not a fetch
     assert response.json()["tokens"]  # built from the statement, no refetch
 
 
@@ -65,7 +67,7 @@ def test_repeats_answer_within_the_same_budget(warm):
     statements, response = queries_of(lambda: spend(warm, "tx-1", [output(0, "bob", str(total))]))
     assert len(statements) == 1 and response.json()["status"] == "spent"
     statements, response = queries_of(lambda: select(warm, "tx-1", "10", expect=200))
-    assert len(statements) <= 3, statements
+    assert len(statements) <= 2, statements  # the refused lock (with the units), then a read
 
 
 def test_no_lock_outlives_its_selection_row(warm):

@@ -150,3 +150,32 @@ def test_limits_off_lets_everything_through(api, settings):
     for i in range(5):
         select(api, f"tx-{i}", "1")
     assert not RateBucket.objects.exists()
+
+
+def test_requests_refused_before_they_lock_count_all_the_same(api, limited):
+    # Two invalid requests (charged on their way out, in a statement of their own) and one over
+    # the wallet's supply (charged by the statement that found it short) use the key's 3 units.
+    issue(api, token("m", 0, quantity="1"))
+    for tx_id in ("bad-1", "bad-2"):
+        select(api, tx_id, "-1", expect=400)
+    assert select(api, "short", "5", expect=409).json()["code"] == "insufficient_funds"
+    before = counts()
+    response = select(api, "tx-1", "1", expect=429)
+    assert response.json()["code"] == "rate_limited" and response["Retry-After"] == "20"
+    assert counts() == before  # refused by the statement that would have locked: nothing held
+
+
+def test_a_request_that_may_wait_is_refused_without_joining_a_queue(api, limited):
+    from locks.models import Waiter
+
+    issue(api, *[token("m", i, quantity="1") for i in range(2)])
+    for i in range(3):
+        select(api, f"tx-{i}", "1", expect=None)
+    response = api.post(
+        "/api/v1/selections/",
+        {"tx_id": "patient", "wallet": "alice", "currency": "USD", "quantity": "1"},
+        format="json",
+        HTTP_PREFER="wait=5",
+    )
+    assert response.status_code == 429 and response["Retry-After"] == "20"
+    assert not Waiter.objects.exists()

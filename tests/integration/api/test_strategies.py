@@ -117,9 +117,9 @@ def test_edge_terms_are_accepted(small_and_large):
 
 @pytest.mark.django_db(transaction=True)
 def test_statements_per_strategy(small_and_large):
-    # Ordered strategies lock in one statement, as random does; choosing ones read a window
-    # first. Each after the rate limit.
-    expected = {"smallest_first": 2, "fewest_tokens": 2, "exact": 3, "consolidate": 3}
+    # Ordered strategies lock in one statement (which takes the rate limit's units), as random
+    # does; choosing ones read a window first.
+    expected = {"smallest_first": 1, "fewest_tokens": 1, "exact": 2, "consolidate": 2}
     for n, (strategy, statements) in enumerate(expected.items()):
         with CaptureQueriesContext(connection) as captured:
             choose(small_and_large, f"tx-{n}", "1", strategy=strategy)
