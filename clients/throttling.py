@@ -191,9 +191,7 @@ def consume(buckets: dict[str, Rate], rng: random.Random | None = None) -> tuple
 
     ``wait`` is the seconds until every refusing bucket has a unit again.
     """
-    statement = sql.CONSUME[connection.in_atomic_block]
-    cursor = db.execute(statement, meter_of(buckets, rng).params())
-    wait = refusal_wait(cursor.fetchall())
+    wait = refusal_wait(_consume_meter(meter_of(buckets, rng)))
     return wait is None, wait or 0.0
 
 
@@ -228,20 +226,15 @@ def charging(buckets: dict[str, Rate]) -> Iterator[None]:
     if not buckets:
         yield
         return
-    meter = meter_of(buckets)
-    token = _pending.set(meter)
+    token = _pending.set(meter_of(buckets))
     try:
         yield
     except Exception:
-        if _pending.get() is meter:
-            _pending.set(None)
-            wait = refusal_wait(_consume_meter(meter))
-            if wait is not None:
-                raise RateLimited(wait) from None
+        charge_now()  # if no statement took the units, a refusal replaces the error
         raise
     else:
-        if _pending.get() is meter:
-            _consume_meter(meter)
+        if (left := take_pending()) is not None:
+            _consume_meter(left)
     finally:
         _pending.reset(token)
 

@@ -105,6 +105,10 @@ def _available_and_retry(exc: FundsLocked) -> dict[str, object]:
     return {"available": str(exc.available), "retry_after": round(exc.retry_after, 3), **_leg(exc)}
 
 
+RATE_LIMITED = HttpError(
+    429, "rate_limited", headers=lambda exc: {"Retry-After": _retry_after(exc.wait)}
+)
+
 ERRORS: dict[type[Exception], HttpError] = {
     # The request itself and its caller (DRF's classes and ours).
     exceptions.ValidationError: HttpError(400, "invalid"),
@@ -117,13 +121,9 @@ ERRORS: dict[type[Exception], HttpError] = {
     exceptions.NotAcceptable: HttpError(406, "not_acceptable"),
     RequestTooLarge: HttpError(413, "request_too_large"),
     exceptions.UnsupportedMediaType: HttpError(415, "unsupported_media_type"),
-    exceptions.Throttled: HttpError(
-        429, "rate_limited", headers=lambda exc: {"Retry-After": _retry_after(exc.wait)}
-    ),
+    exceptions.Throttled: RATE_LIMITED,
     # Refused by the statement that would have locked (clients.throttling.charging).
-    RateLimited: HttpError(
-        429, "rate_limited", headers=lambda exc: {"Retry-After": _retry_after(exc.wait)}
-    ),
+    RateLimited: RATE_LIMITED,
     ServiceUnavailable: HttpError(
         503, "database_unavailable", headers=lambda exc: {"Retry-After": UNAVAILABLE_RETRY_AFTER}
     ),
