@@ -23,6 +23,24 @@ class _Queue:
     members: dict[int, Candidate] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class _Contest:
+    """How often queued tokens of one wallet/currency were found taken, lately."""
+
+    missed: float  # moving average of the share of a try-lock batch that was refused
+    until: float = 0.0  # the wallet is served by fetches alone until then
+
+
+# The weight of the latest try-lock in a wallet's moving average of refusals, and the average at
+# which its queue is given up for a while: two batches in a row wholly refused, or about half of
+# every batch. A wallet whose queue loses one batch in ten never gets there. A contested wallet
+# gets no queue for CONTEST_SECONDS, or the ttl if shorter (a listener's 30 s ttl would keep a
+# wallet that has calmed down on fetches for too long).
+CONTEST_WEIGHT = 0.3
+CONTESTED = 0.5
+CONTEST_SECONDS = 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class _Hold:
     """A lock this replica holds on a token, remembered until a deadline."""
@@ -37,6 +55,12 @@ class TokenCache:
     The cache is a hint, never the truth: a cached token may be locked or spent by another
     replica meanwhile, which only costs a failed lock attempt. Queues expire `ttl` seconds
     after they were last filled and at most `max_wallets` queues are kept (LRU).
+
+    A wallet whose queued tokens keep turning out taken (``tried``) is contested: other replicas
+    take its free tokens faster than a queue ages, so every queued token is a likely wasted
+    attempt. For a while (CONTEST_SECONDS, or `ttl` if shorter) it gets no queue (``take``
+    finds nothing, ``put`` and ``add`` keep nothing) and its selections lock from fetches, which
+    see what is free now. Then one queue is tried again.
     """
 
     def __init__(
@@ -55,6 +79,7 @@ class TokenCache:
         self._where: dict[int, WalletKey] = {}
         self._held: dict[int, _Hold] = {}
         self._prune_held_at = 1024
+        self._contests: OrderedDict[WalletKey, _Contest] = OrderedDict()
 
     def put(self, key: WalletKey, candidates: Iterable[Candidate]) -> None:
         """Fill the queue of `key` with freshly fetched candidates and restamp it.
@@ -65,7 +90,7 @@ class TokenCache:
         with self._lock:
             now = self._clock()
             queue = self._fresh(key, now)
-            if not candidates:
+            if not candidates or self._contested(key, now):
                 return  # nothing learned; creating a queue could evict a useful one
             if queue is None:
                 queue = self._create(key, now)
@@ -92,7 +117,7 @@ class TokenCache:
         with self._lock:
             now = self._clock()
             queue = self._fresh(key, now)
-            if not candidates or (queue is None and not create):
+            if not candidates or (queue is None and not create) or self._contested(key, now):
                 return
             if queue is None:
                 queue = self._create(key, now)
@@ -109,7 +134,7 @@ class TokenCache:
         with self._lock:
             now = self._clock()
             queue = self._fresh(key, now)
-            if queue is None or need <= 0:
+            if queue is None or need <= 0 or self._contested(key, now):
                 return []
             taken: list[Candidate] = []
             reached = 0
@@ -126,6 +151,36 @@ class TokenCache:
                 reached += candidate.quantity
             self._drop_if_empty(key, queue)
             return taken
+
+    def tried(self, key: WalletKey, offered: int, refused: int) -> None:
+        """Record that `refused` of `offered` queued tokens of `key` were found taken.
+
+        A refusal drops the rest of the queue (it is as likely taken); a wallet whose recent
+        try-locks were mostly refused is contested for a while (see the class).
+        """
+        if offered <= 0:
+            return
+        with self._lock:
+            now = self._clock()
+            contest = self._contests.get(key)
+            if contest is None:
+                if not refused:
+                    return  # nothing to remember about a wallet whose queue holds
+                contest = self._contests[key] = _Contest(0.0)
+                while len(self._contests) > self.max_wallets:
+                    self._contests.popitem(last=False)
+            self._contests.move_to_end(key)
+            contest.missed += CONTEST_WEIGHT * (refused / offered - contest.missed)
+            if refused:
+                if key in self._queues:
+                    self._remove(key)
+                if contest.missed >= CONTESTED:
+                    contest.until = now + min(self.ttl, CONTEST_SECONDS)
+
+    def contested(self, key: WalletKey) -> bool:
+        """Tell whether `key` is served by fetches alone for now (see the class)."""
+        with self._lock:
+            return self._contested(key, self._clock())
 
     def peek(self, key: WalletKey) -> list[Candidate]:
         """Return the usable queued candidates of `key` in take order, without popping."""
@@ -202,6 +257,10 @@ class TokenCache:
         """Tell whether this replica still holds a lock on `token_id`."""
         with self._lock:
             return self._is_held(token_id, self._clock())
+
+    def _contested(self, key: WalletKey, now: float) -> bool:
+        contest = self._contests.get(key)
+        return contest is not None and now < contest.until
 
     def _is_held(self, token_id: int, now: float) -> bool:
         """Tell whether `token_id` is held at `now`, dropping an expired hold."""

@@ -240,10 +240,9 @@ class Selector:
                 # left the queue and comes back only if a later fetch sees it free.
                 missed = self._try_lock(rnd, batch)
                 stats.cache_hits += len(batch) - len(missed)
-                if missed:
-                    # Others are taking this wallet's tokens faster than the queue ages: the
-                    # rest of it is as likely taken. A fetch reads what is free now.
-                    cache.invalidate(rnd.key)
+                # A refusal drops the rest of the queue: a fetch reads what is free now. A
+                # wallet whose queues keep being refused is left to fetches for a while.
+                cache.tried(rnd.key, len(batch), len(missed))
                 continue
 
             if fetches:

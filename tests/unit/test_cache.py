@@ -241,3 +241,66 @@ def test_concurrent_takes_hand_out_each_candidate_once():
 def test_bounds_are_validated(kwargs):
     with pytest.raises(ValueError):
         TokenCache(**kwargs)
+
+
+def test_a_refused_try_drops_the_queue_and_a_clean_one_keeps_it(cache):
+    cache.put(USD, cands((1, 1), (2, 1), (3, 1)))
+    cache.tried(USD, offered=1, refused=0)
+    assert cache.peek(USD) == cands((1, 1), (2, 1), (3, 1))
+
+    cache.tried(USD, offered=2, refused=1)
+
+    assert cache.peek(USD) == [] and not cache.contested(USD)
+
+
+def test_a_wallet_whose_queues_keep_being_refused_gets_none_for_one_ttl(cache, clock):
+    cache.tried(USD, offered=1, refused=1)
+    cache.tried(USD, offered=2, refused=2)
+    assert cache.contested(USD) and not cache.contested(EUR)
+
+    cache.put(USD, cands((1, 1), (2, 1)))
+    cache.add(USD, cands((3, 1)))
+    assert cache.take(USD, 1) == [] and cache.peek(USD) == []
+    cache.put(EUR, cands((4, 1)))
+    assert cache.take(EUR, 1) == cands((4, 1))
+
+    clock.advance(1.0)
+    assert not cache.contested(USD)
+    cache.put(USD, cands((1, 1)))
+    assert cache.take(USD, 1) == cands((1, 1))
+
+
+def test_an_occasional_refusal_never_makes_a_wallet_contested(cache):
+    for i in range(100):
+        cache.tried(USD, offered=1, refused=1 if i % 5 == 0 else 0)
+        assert not cache.contested(USD)
+
+
+def test_a_contested_wallet_tried_again_is_contested_again_at_the_first_refusal(cache, clock):
+    cache.tried(USD, offered=1, refused=1)
+    cache.tried(USD, offered=1, refused=1)
+    clock.advance(1.0)
+
+    cache.tried(USD, offered=1, refused=1)
+
+    assert cache.contested(USD)
+
+
+def test_contests_are_kept_for_at_most_max_wallets(cache):
+    keys = [WalletKey(f"w{i}", "USD") for i in range(5)]
+    for key in keys:
+        cache.tried(key, offered=1, refused=1)
+        cache.tried(key, offered=1, refused=1)
+
+    assert [cache.contested(key) for key in keys] == [False, False, True, True, True]
+
+
+def test_a_long_ttl_keeps_a_wallet_contested_for_a_second_only(clock):
+    cache = TokenCache(ttl=30.0, clock=clock)
+    cache.tried(USD, offered=1, refused=1)
+    cache.tried(USD, offered=1, refused=1)
+    assert cache.contested(USD)
+
+    clock.advance(1.0)
+
+    assert not cache.contested(USD)

@@ -275,3 +275,35 @@ def test_fetch_conflicts_are_counted(store, clock, sleeper, key):
     # The fetch tried to lock 4 tokens (3 granted, 1 lost to the racer).
     assert selection.stats.lock_conflicts == 1 and selection.stats.lock_attempts == 4
     assert locks_of(store, "racer").isdisjoint(selection.token_ids)
+
+
+def test_a_wallet_whose_queue_keeps_going_stale_is_served_by_fetches(store, clock, sleeper, key):
+    # Two replicas on four tokens, each taking what the other has queued. Once a's queued
+    # tokens have been refused twice in a row, a stops queueing the wallet for one ttl: its
+    # selections lock from fetches and waste no attempt on a queue.
+    issue(store, key, [1] * 4)
+    a = make_selector(store, clock, sleeper, seed=1, cache_ttl=1.0)
+    b = make_selector(store, clock, sleeper, seed=2)
+    a1 = a.select("a1", key.wallet, key.currency, 1)  # queues the other three
+    b1 = b.select("b1", key.wallet, key.currency, 3)  # takes all three
+    a.release(a1)
+    a2 = a.select("a2", key.wallet, key.currency, 1)  # a queued token refused, then a fetch
+    assert a2.stats.lock_conflicts == 1 and a2.stats.fetches == 1
+    assert not a.cache.contested(key)
+    a.release(a2)  # queued again
+    b.select("b2", key.wallet, key.currency, 1)  # takes it
+    b.release(b1)
+
+    a3 = a.select("a3", key.wallet, key.currency, 1)  # refused again: contested
+
+    assert a3.stats.lock_conflicts == 1 and a3.stats.fetches == 1
+    assert a.cache.contested(key) and a.cache.peek(key) == []  # the fetch's spares not queued
+    a.release(a3)
+    assert a.cache.peek(key) == []
+    a4 = a.select("a4", key.wallet, key.currency, 1)
+    assert (a4.stats.fetches, a4.stats.cache_hits, a4.stats.lock_conflicts) == (1, 0, 0)
+    a.release(a4)
+
+    clock.advance(1.0)
+    a.select("a5", key.wallet, key.currency, 1)
+    assert not a.cache.contested(key) and a.cache.peek(key)
