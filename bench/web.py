@@ -1,6 +1,6 @@
 """The HTTP path: the web server as ``make run`` starts it, under a multi-process load generator.
 
-Each client process keeps one ``http.client`` connection, selects through
+Each client process keeps one kept-alive connection (``bench.http_client``), selects through
 ``POST /api/v1/selections/`` and then spends (``/spend/``: the requested quantity and the change
 back to the wallet) or releases (``/release/``), as the replica processes do in-process. Tokens
 are named by ``tx_id:index`` here, the identity the API exposes. The server runs with the
@@ -9,8 +9,6 @@ shipped defaults, rate limits included: a 429 is counted, and its ``Retry-After`
 
 from __future__ import annotations
 
-import http.client
-import json
 import math
 import multiprocessing
 import random
@@ -23,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 from bench import database, strategies, verify
+from bench.http_client import Api
 from bench.strategies import HTTP, OURS
 from bench.worker import Record
 from bench.workloads import Workload
@@ -123,42 +122,6 @@ class Server:
                 self.process.kill()
                 self.process.wait()
         self._metrics.cleanup()
-
-
-class Api:
-    """One client connection speaking the selections API."""
-
-    def __init__(self, port: int, key: str) -> None:
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        self.headers = {"Authorization": f"Api-Key {key}", "Content-Type": "application/json"}
-
-    def post(
-        self, path: str, body: dict | None = None, headers: dict | None = None
-    ) -> tuple[int, dict, float | None]:
-        """POST ``body``; return (status, JSON body, Retry-After seconds or None).
-
-        A kept-alive connection the server closed meanwhile (gunicorn drops idle ones after a
-        few seconds) is reopened and the request sent again: every request of this API may be
-        repeated (a transaction id names its selection).
-        """
-        text, sent = json.dumps(body or {}), {**self.headers, **(headers or {})}
-        try:
-            self.conn.request("POST", path, text, sent)
-            response = self.conn.getresponse()
-        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
-            self.conn.close()
-            self.conn.request("POST", path, text, sent)
-            response = self.conn.getresponse()
-        payload = response.read()
-        retry = response.getheader("Retry-After")
-        try:
-            data = json.loads(payload) if payload else {}
-        except ValueError:
-            data = {"code": "not_json"}
-        return response.status, data, float(retry) if retry else None
-
-    def close(self) -> None:
-        self.conn.close()
 
 
 def outputs(
