@@ -27,13 +27,13 @@ class _Queue:
 class _Contest:
     """How often queued tokens of one wallet/currency were found taken, lately."""
 
-    missed: float  # moving average of the share of a try-lock batch that was refused
+    missed: float  # moving average of refusals, per token tried
     until: float = 0.0  # the wallet is served by fetches alone until then
 
 
-# The weight of the latest try-lock in a wallet's moving average of refusals, and the average at
-# which its queue is given up for a while: two batches in a row wholly refused, or about half of
-# every batch. A wallet whose queue loses one batch in ten never gets there. A contested wallet
+# The weight of each token tried in a wallet's moving average of refusals, and the average at
+# which its queue is given up for a while: two tokens in a row refused, or a batch of several
+# mostly refused. A wallet whose queue loses one token in ten never gets there. A contested wallet
 # gets no queue for CONTEST_SECONDS, or the ttl if shorter (a listener's 30 s ttl would keep a
 # wallet that has calmed down on fetches for too long).
 CONTEST_WEIGHT = 0.3
@@ -170,7 +170,10 @@ class TokenCache:
                 while len(self._contests) > self.max_wallets:
                     self._contests.popitem(last=False)
             self._contests.move_to_end(key)
-            contest.missed += CONTEST_WEIGHT * (refused / offered - contest.missed)
+            # Each token tried is one observation: a batch of many mostly refused tokens is as
+            # clear a sign as several batches of one.
+            keep = (1 - CONTEST_WEIGHT) ** offered
+            contest.missed = contest.missed * keep + (1 - keep) * refused / offered
             if refused:
                 if key in self._queues:
                     self._remove(key)

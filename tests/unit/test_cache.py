@@ -304,3 +304,10 @@ def test_a_long_ttl_keeps_a_wallet_contested_for_a_second_only(clock):
     clock.advance(1.0)
 
     assert not cache.contested(USD)
+
+
+def test_each_token_tried_counts_so_a_mostly_refused_batch_is_enough(cache):
+    cache.tried(USD, offered=10, refused=2)
+    assert not cache.contested(USD)
+    cache.tried(EUR, offered=10, refused=7)
+    assert cache.contested(EUR)
