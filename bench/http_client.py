@@ -22,13 +22,13 @@ class Closed(ConnectionError):
 class Api:
     """One client connection speaking the selections API."""
 
-    def __init__(self, port: int, key: str, host: str = "127.0.0.1", timeout: float = 60) -> None:
+    def __init__(
+        self, port: int, key: str | None, host: str = "127.0.0.1", timeout: float = 60
+    ) -> None:
         self.address = (host, port)
         self.timeout = timeout
-        self.head = (
-            f"Host: {host}:{port}\r\nAuthorization: Api-Key {key}\r\n"
-            "Content-Type: application/json\r\n"
-        )
+        credentials = f"Authorization: Api-Key {key}\r\n" if key is not None else ""
+        self.head = f"Host: {host}:{port}\r\n{credentials}"
         self.sock: socket.socket | None = None
         self.buffer = b""
 
@@ -43,9 +43,17 @@ class Api:
         """
         payload = json.dumps(body or {}).encode()
         extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
-        request = (
-            f"POST {path} HTTP/1.1\r\n{self.head}{extra}Content-Length: {len(payload)}\r\n\r\n"
-        ).encode() + payload
+        return self._exchange(
+            f"POST {path} HTTP/1.1\r\n{self.head}{extra}Content-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
+
+    def get(self, path: str) -> tuple[int, dict, float | None]:
+        """GET ``path``; return what ``post`` returns."""
+        return self._exchange(f"GET {path} HTTP/1.1\r\n{self.head}\r\n".encode())
+
+    def _exchange(self, request: bytes) -> tuple[int, dict, float | None]:
         for retry in (False, True):
             try:
                 if self.sock is None:

@@ -30,6 +30,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 API = "/api/v1/selections/"
 READY_TIMEOUT = 60.0
 WARM_UP = 2  # select-and-release cycles per client before the clock starts
+FRAMEWORK_SECONDS = 3.0  # the longest a point spends measuring what the web stack allows
 
 
 def unavailable() -> str | None:
@@ -228,6 +229,42 @@ def client(
     results.put(records)
 
 
+def probe_client(port: int, barrier, duration: float, results) -> None:  # pragma: no cover
+    """Ask ``GET /healthz`` twice per cycle until ``duration`` has passed; put the cycles."""
+    api = Api(port, None)
+    api.get("/healthz")
+    barrier.wait()
+    end_at, cycles = time.monotonic() + duration, 0
+    while time.monotonic() < end_at:
+        if api.get("/healthz")[0] != 200 or api.get("/healthz")[0] != 200:
+            raise RuntimeError("/healthz did not answer 200")
+        cycles += 1
+    api.close()
+    results.put(cycles)
+
+
+def framework_cycles(port: int, clients: int, duration: float) -> float:
+    """Return the cycles/s of ``clients`` load processes asking a view that does nothing.
+
+    Each cycle is two requests to ``/healthz`` (a DRF view without authentication or database),
+    as a selection cycle is two requests: what the web server and Django allow on this machine
+    before any of our work, measured with the same load processes.
+    """
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(clients + 1), context.Queue()
+    processes = [
+        context.Process(target=probe_client, daemon=True, args=(port, barrier, duration, results))
+        for _ in range(clients)
+    ]
+    for process in processes:
+        process.start()
+    barrier.wait(timeout=READY_TIMEOUT)
+    cycles = sum(results.get(timeout=duration + 60) for _ in processes)
+    for process in processes:
+        process.join(timeout=10)
+    return cycles / duration
+
+
 def server_errors(records) -> int:
     """Count answers with a 5xx status (selections, spends and releases)."""
     return sum(r.error[:1] == "5" for r in records)
@@ -268,6 +305,7 @@ def measure(
         for process in processes:
             process.join(timeout=10)
         metrics = server.metrics()
+        framework = framework_cycles(server.port, clients, min(duration, FRAMEWORK_SECONDS))
     finally:
         server.stop()
     point = {
@@ -285,6 +323,7 @@ def measure(
     point["rate_limited"] = point["outcomes"]["rate_limited"]
     point["server_errors"] = server_errors(records)
     point["metrics"] = metrics
+    point["framework_cycles_per_s"] = round(framework, 1)
     return point
 
 
@@ -331,6 +370,9 @@ def run_all(args, harness, make_workload, say) -> tuple[list[dict], str | None]:
                             point["selections_per_s"], library["selections_per_s"]
                         ),
                         "p99": _ratio(point["latency_ms"]["p99"], library["latency_ms"]["p99"]),
+                        "of_framework": _ratio(
+                            point["selections_per_s"], point["framework_cycles_per_s"]
+                        ),
                     },
                 }
                 pairs.append(pair)
@@ -340,6 +382,7 @@ def run_all(args, harness, make_workload, say) -> tuple[list[dict], str | None]:
                     f"{library['selections_per_s'] or 0:.1f}), p99 "
                     f"{point['latency_ms']['p99'] or 0:.1f} ms (ours "
                     f"{library['latency_ms']['p99'] or 0:.1f}), 429: {point['rate_limited']}, "
-                    f"5xx: {point['server_errors']}"
+                    f"5xx: {point['server_errors']}; /healthz cycles/s "
+                    f"{point['framework_cycles_per_s']:.1f}"
                 )
     return pairs, None

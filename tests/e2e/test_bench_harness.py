@@ -180,6 +180,9 @@ def test_the_http_points_pair_the_server_with_the_library(run):
         # /metrics sums every gunicorn worker's files: at least the measured successes.
         assert pair["http"]["metrics"]["success"] >= pair["http"]["selections"]
         assert pair["ratios"]["selections_per_s"] > 0
+        # What the web stack allows (two GET /healthz per cycle), measured on the same server.
+        assert pair["http"]["framework_cycles_per_s"] > 0
+        assert pair["ratios"]["of_framework"] > 0
 
 
 @pytest.mark.timeout(600)

@@ -36,7 +36,8 @@ class Server:
                     if b"\r\n\r\n" not in buffer:
                         break
                     head, _, rest = buffer.partition(b"\r\n\r\n")
-                    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                    sized = head.lower().split(b"content-length: ")
+                    length = int(sized[1].split(b"\r\n")[0]) if len(sized) > 1 else 0
                     while len(rest) < length:
                         rest += conn.recv(65536)
                     self.requests.append(head + b"\r\n\r\n" + rest[:length])
@@ -123,4 +124,15 @@ def test_a_connection_the_server_closed_is_reopened_and_the_request_sent_again(s
     assert api.post("/second/", {"n": 1}) == (200, {"again": True}, None)
 
     assert [r.split(b" ", 2)[1] for r in server.requests] == [b"/first/", b"/second/"]
+    api.close()
+
+
+def test_a_get_without_a_key_sends_no_credentials(serve):
+    server = serve((answer("200 OK", b'{"status": "ok"}', "Content-Length: 16"), False))
+    api = Api(server.port, None)
+
+    assert api.get("/healthz") == (200, {"status": "ok"}, None)
+
+    (request,) = server.requests
+    assert request.startswith(b"GET /healthz HTTP/1.1\r\n") and b"Authorization" not in request
     api.close()
