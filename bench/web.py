@@ -250,19 +250,29 @@ def framework_cycles(port: int, clients: int, duration: float) -> float:
     as a selection cycle is two requests: what the web server and Django allow on this machine
     before any of our work, measured with the same load processes.
     """
+    counts = run_load(probe_client, [(port,)] * clients, duration, timeout=duration + 60)
+    return sum(counts) / duration
+
+
+def run_load(target, leading: list[tuple], duration: float, timeout: float) -> list:
+    """Run one load process per ``leading`` arguments, start them together, return their puts.
+
+    Each process calls ``target(*leading[i], barrier, duration, results)``, waits at the
+    barrier, then puts one result.
+    """
     context = multiprocessing.get_context("spawn")
-    barrier, results = context.Barrier(clients + 1), context.Queue()
+    barrier, results = context.Barrier(len(leading) + 1), context.Queue()
     processes = [
-        context.Process(target=probe_client, daemon=True, args=(port, barrier, duration, results))
-        for _ in range(clients)
+        context.Process(target=target, daemon=True, args=(*args, barrier, duration, results))
+        for args in leading
     ]
     for process in processes:
         process.start()
     barrier.wait(timeout=READY_TIMEOUT)
-    cycles = sum(results.get(timeout=duration + 60) for _ in processes)
+    out = [results.get(timeout=timeout) for _ in processes]
     for process in processes:
         process.join(timeout=10)
-    return cycles / duration
+    return out
 
 
 def server_errors(records) -> int:
@@ -286,24 +296,15 @@ def measure(
     """
     database.reset()
     strategies.deploy(HTTP)
-    context = multiprocessing.get_context("spawn")
     server = Server(workers, log)
     try:
-        barrier, results = context.Barrier(clients + 1), context.Queue()
-        processes = [
-            context.Process(
-                target=client,
-                daemon=True,
-                args=(server.port, key, workload, i, seed * 1000 + i, barrier, duration, results),
-            )
-            for i in range(clients)
-        ]
-        for process in processes:
-            process.start()
-        barrier.wait(timeout=READY_TIMEOUT)
-        records = [r for _ in processes for r in results.get(timeout=duration + 120)]
-        for process in processes:
-            process.join(timeout=10)
+        puts = run_load(
+            client,
+            [(server.port, key, workload, i, seed * 1000 + i) for i in range(clients)],
+            duration,
+            timeout=duration + 120,
+        )
+        records = [r for put in puts for r in put]
         metrics = server.metrics()
         framework = framework_cycles(server.port, clients, min(duration, FRAMEWORK_SECONDS))
     finally:

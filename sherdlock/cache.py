@@ -134,7 +134,8 @@ class TokenCache:
         with self._lock:
             now = self._clock()
             queue = self._fresh(key, now)
-            if queue is None or need <= 0 or self._contested(key, now):
+            # A contested wallet has no queue: ``tried`` removed it and ``put``/``add`` keep none.
+            if queue is None or need <= 0:
                 return []
             taken: list[Candidate] = []
             reached = 0
