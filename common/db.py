@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
+from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.numeric import Int8Dumper
 
 from common.knobs import knobs
@@ -83,6 +84,10 @@ def cursor(using: str = DEFAULT_DB_ALIAS, threshold: int | None = -1) -> psycopg
         # Ids, fences and limits always travel as int8, so that one prepared statement
         # serves every call (psycopg would pick int2, int4 or int8 by value).
         found.adapters.register_dumper(int, Int8Dumper)
+        # psycopg's own (compiled) timestamptz loader, in the session's time zone. Django's
+        # parses in Python and then labels the wall time UTC, which is right only while the
+        # server session's TimeZone is UTC (a pooler's shared session may carry another).
+        found.adapters.register_loader("timestamptz", TimestamptzLoader)
         with _lock:
             _cursors[raw] = found
     return found
