@@ -225,6 +225,7 @@ def explained(names: dict[str, str], cycles: Cycles) -> list[tuple[str, str, str
 
     from locks import replica
     from locks.housekeeping import run_housekeeping
+    from sherdlock import WalletKey
 
     connection.ensure_connection()
     raw = connection.connection
@@ -272,6 +273,12 @@ def explained(names: dict[str, str], cycles: Cycles) -> list[tuple[str, str, str
         record("select from the cache (same wallet), then release")
         cycles.one("extend")
         record("select, extend, spend")
+        # Two refusals in a row make a wallet contested (sherdlock.cache): its fetch walks.
+        replica.reset()
+        contested = WalletKey(cycles.last_wallet, CURRENCY)
+        replica.get_selector().cache.tried(contested, 2, 2)
+        cycles.one("release", wallet=cycles.last_wallet)
+        record("select on a contested wallet (tokens taken one by one), then release")
         with connection.cursor() as cursor:
             cursor.execute("UPDATE locks_tokenlock SET expires_at = now() - interval '1 hour'")
         run_housekeeping(batch_size=500, max_batches=2, grace_seconds=0)

@@ -205,6 +205,7 @@ class PostgresTokenStore:
             order=claim.order if fetch else "random",
             strategy=named,
             metered=meter is not None,
+            fresh=fetch and claim.contested and claim.order == "random",
         )
         row = db.one(self._execute(locking.LOCK_STATEMENTS[variant], params))
         if meter is None:

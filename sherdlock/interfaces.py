@@ -29,7 +29,10 @@ class TokenStore(Protocol):
         free token of the key together cannot reach the need, lock nothing and report the
         key's totals as `shortfall`. Set `exhausted` when fewer than `limit` rows were
         found, and `conflicts` to the rows it tried to lock but lost to a concurrent
-        selection. Raise only on failures that are not contention (connection lost, ...).
+        selection. For a `claim.contested` key a store may take each row as of the moment it
+        locks it rather than as of its read of the batch: a row locked meanwhile is then passed
+        over, neither tried (no conflict) nor returned as spare. Raise only on failures that
+        are not contention (connection lost, ...).
         """
         ...
 

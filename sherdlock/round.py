@@ -30,8 +30,8 @@ class Round:
     record: object | None = None
     strategy: Strategy = DEFAULT
 
-    def claim(self) -> Claim:
-        """Describe this round to the store."""
+    def claim(self, contested: bool = False) -> Claim:
+        """Describe this round to the store (``contested``: see Claim)."""
         return Claim(
             self.tx_id,
             self.key,
@@ -43,6 +43,7 @@ class Round:
             self.namespace,
             self.strategy.order,
             self.strategy.name,
+            contested,
         )
 
     def fresh(self, strategy: Strategy | None = None) -> Round:

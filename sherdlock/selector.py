@@ -255,7 +255,8 @@ class Selector:
                     self._sleep(self._rng.uniform(*config.refetch_delay))
             total_before_fetch = rnd.total
             rnd.pending = None
-            result = store.fetch_and_lock(rnd.claim(), self._fetch_limit(rnd.key))
+            claim = rnd.claim(contested=cache.contested(rnd.key))
+            result = store.fetch_and_lock(claim, self._fetch_limit(rnd.key))
             rnd.pending = []
             fetches += 1
             stats.fetches += 1

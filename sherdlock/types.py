@@ -62,6 +62,9 @@ class Claim:
     # and the strategy a recording store writes on the selection.
     order: str = "random"
     strategy: str = "random"
+    # The key's selections keep colliding (sherdlock.cache, "contested"): a fetch should take
+    # each token as of the moment it locks it, not as of the moment it read the batch.
+    contested: bool = False
 
     @property
     def held_total(self) -> int:

@@ -223,6 +223,43 @@ chosen AS MATERIALIZED (
       AND (SELECT free FROM reach) >= %(need)s::numeric{gated}
 ),"""
 
+# -- a contested wallet's fetch: each token taken as of the moment it is locked ------------
+
+# On a wallet whose selections keep colliding (sherdlock.cache, "contested") the fetch walks its
+# batch in the same random order and takes tokens one at a time through locks_take_token
+# (migration locks 0013), which looks at the lock table as of that moment, until what it took
+# covers the need. A token locked after the statement began is passed over instead of being
+# inserted and lost. The walk is a recursive CTE; OFFSET 0 keeps the call in a subquery of its
+# own, run once per step. What was taken is row-locked already, so FRESH_WANTED reads the rows
+# without FOR UPDATE (under the row lock the function found them unspent). Every token the
+# walk looked at (`looked`) is left out of the spare: those it passed over are taken.
+FRESH_CHOSEN = """
+ordered AS MATERIALIZED (
+    SELECT id, quantity, row_number() OVER (ORDER BY rnd, id) AS n
+    FROM candidates
+    WHERE (SELECT free FROM reach) >= %(need)s::numeric{gated}
+),
+walk (n, id, took, total) AS (
+    SELECT 0::bigint, NULL::bigint, false, 0::numeric
+    UNION ALL
+    SELECT o.n, o.id, k.took, w.total + CASE WHEN k.took THEN o.quantity ELSE 0 END
+    FROM walk w
+    JOIN ordered o ON o.n = w.n + 1
+    CROSS JOIN LATERAL (
+        SELECT locks_take_token(o.id, %(wallet)s::text, %(currency)s::text) AS took OFFSET 0
+    ) k
+    WHERE w.total < %(need)s::numeric
+),
+looked AS MATERIALIZED (SELECT id, took FROM walk WHERE n > 0),
+chosen AS MATERIALIZED (SELECT id FROM looked WHERE took),"""
+FRESH_CHOICE = FETCH_CHOICE[: FETCH_CHOICE.index("\nchosen AS")] + FRESH_CHOSEN
+FRESH_WANTED = """
+wanted AS (
+    SELECT t.id, t.quantity, t.tx_id, t."index"
+    FROM tokens_token t
+    WHERE t.id IN (SELECT id FROM chosen) AND {unspent_of_key}
+),"""
+
 FETCH_EXTRA = """(SELECT count(*) FROM chosen) AS attempted,
        (SELECT rows FROM seen) < %(limit)s::int AS exhausted,
        (SELECT free FROM reach) AS free,
@@ -230,9 +267,9 @@ FETCH_EXTRA = """(SELECT count(*) FROM chosen) AS attempted,
            SELECT coalesce(sum(t.quantity), 0) FROM tokens_token t WHERE {unspent_of_key})
        END AS unspent,
        (SELECT array_agg(id ORDER BY id) FROM candidates
-        WHERE id NOT IN (SELECT id FROM chosen)) AS spare_ids,
+        WHERE id NOT IN (SELECT id FROM {looked})) AS spare_ids,
        (SELECT array_agg(quantity ORDER BY id) FROM candidates
-        WHERE id NOT IN (SELECT id FROM chosen)) AS spare_quantities,
+        WHERE id NOT IN (SELECT id FROM {looked})) AS spare_quantities,
        """
 
 
@@ -294,17 +331,20 @@ class LockStatement:
     order: str = "random"  # fetch: random, or by quantity (ascending, descending)
     strategy: bool = False  # record: name the strategy on the selection row
     metered: bool = False  # take the request's rate-limit units, lock nothing if refused
+    fresh: bool = False  # random fetch: take tokens one by one as of now (a contested wallet)
 
 
 # A locking statement: its CTEs in this order (a variant leaves out the ones it does without),
 # the last one's comma dropped, then the result row.
-LOCK = "WITH{ctes}\n{result}"
+LOCK = "WITH{recursive}{ctes}\n{result}"
 LOCK_CTES = "{commit_mode}{fence}{meter}{gate}{choice}{wanted}{granted}{recorded}"
 
 
 def _choice(variant: LockStatement) -> str:
     if not variant.fetch:
         return TRY_LOCK_CHOICE
+    if variant.fresh:
+        return FRESH_CHOICE
     return FETCH_CHOICE if variant.order == "random" else FETCH_ORDERED_CHOICE
 
 
@@ -319,17 +359,20 @@ def _compose(variant: LockStatement) -> str:
         meter=METERED if variant.metered else "",
         gate=GATE if variant.record else "",
         choice=_choice(variant).format(**fill, direction=DIRECTIONS.get(variant.order, "")),
-        wanted=WANTED.format(**fill),
+        wanted=(FRESH_WANTED if variant.fresh else WANTED).format(**fill),
         granted=GRANTED,
         recorded=RECORDED.format(**(RECORDED_STRATEGY if variant.strategy else RECORDED_DEFAULT))
         if variant.record
         else "",
     )
     result = RESULT.format(
-        fetched=FETCH_EXTRA.format(**fill) if variant.fetch else "",
+        fetched=FETCH_EXTRA.format(**fill, looked="looked" if variant.fresh else "chosen")
+        if variant.fetch
+        else "",
         outcome=RESULT_RECORDED.format(**fill) if variant.record else RESULT_PLAIN,
     ) + (RESULT_METERED if variant.metered else "")
-    return LOCK.format(ctes=ctes.rstrip(","), result=result)
+    recursive = " RECURSIVE" if variant.fresh else ""
+    return LOCK.format(recursive=recursive, ctes=ctes.rstrip(","), result=result)
 
 
 def _variants() -> Iterator[LockStatement]:
@@ -339,6 +382,8 @@ def _variants() -> Iterator[LockStatement]:
                 # Metered: the first statement of a rate-limited request (clients.throttling).
                 for metered in (False, True):
                     yield LockStatement(fetch, record, durable, metered=metered)
+                    if fetch:  # a contested wallet's fetch
+                        yield LockStatement(fetch, record, durable, metered=metered, fresh=True)
                     # The strategies' variants: fetches in quantity order, rows naming them.
                     for order in ("random", "ascending", "descending") if fetch else ("random",):
                         for strategy in (False, True) if record else (False,):

@@ -45,6 +45,26 @@ class TestStatements:
         assert {(lock.spender_tx_id, lock.fence) for lock in locks} == {("tx-1", 7)}
         assert result.expires_at == min(lock.expires_at for lock in locks)
 
+    def test_a_contested_fetch_locks_a_covering_prefix_too(self, store):
+        make_tokens(10, quantity=10)
+        contested = Claim("tx-1", KEY, 25, 7, contested=True)
+        result = store.fetch_and_lock(contested, 64)
+        assert [c.quantity for c in result.granted] == [10, 10, 10]
+        assert len(result.spare) == 7 and result.exhausted and result.conflicts == 0
+        locks = TokenLock.objects.all()
+        assert {lock.token_id for lock in locks} == {c.token_id for c in result.granted}
+        assert {(lock.spender_tx_id, lock.fence) for lock in locks} == {("tx-1", 7)}
+
+    def test_a_contested_fetch_takes_no_token_held_spent_or_short(self, store):
+        tokens = make_tokens(4, quantity=5)
+        make_lock(tokens[0], "other")
+        Token.objects.filter(pk=tokens[1].pk).update(spent_by="tx-x", spent_at=timezone.now())
+        short = store.fetch_and_lock(Claim("tx-1", KEY, 11, 1, contested=True), 64)
+        assert short.granted == [] and short.shortfall is not None
+        assert not TokenLock.objects.filter(spender_tx_id="tx-1").exists()
+        result = store.fetch_and_lock(Claim("tx-2", KEY, 10, 2, contested=True), 64)
+        assert {c.token_id for c in result.granted} == {tokens[2].pk, tokens[3].pk}
+
     def test_fetch_skips_live_locks_spent_tokens_and_other_wallets(self, store):
         tokens = make_tokens(4)
         make_lock(tokens[0], "other")
@@ -156,6 +176,9 @@ def _wait_until_blocked(observer: psycopg.Connection, pid: int, timeout: float =
 
 
 FETCH = locking.LOCK_STATEMENTS[locking.LockStatement(fetch=True, record=False, durable=True)]
+FRESH_FETCH = locking.LOCK_STATEMENTS[
+    locking.LockStatement(fetch=True, record=False, durable=True, fresh=True)
+]
 TRY_LOCK = locking.LOCK_STATEMENTS[locking.LockStatement(fetch=False, record=False, durable=True)]
 
 # A stand-in for random() that waits at a gate: FETCH_AND_LOCK calls random() for its pivot
@@ -168,6 +191,81 @@ BEGIN
     RETURN pg_catalog.random();
 END $$
 """
+
+
+def gated_fetch(db_url, statement: str, locked_meanwhile: int) -> tuple:
+    """Run ``statement`` for 10 of alice's USD, paused after its snapshot was taken.
+
+    While it waits, another replica locks ``locked_meanwhile`` with the real TRY_LOCK statement
+    and commits; then the fetch goes on and its row is returned.
+    """
+    admin, replica, other, observer = (_connect(db_url) for _ in range(4))
+    try:
+        admin.execute(GATE_SQL)
+        admin.execute("BEGIN")
+        admin.execute("SELECT pg_advisory_xact_lock(4242)")  # close the gate
+        # Only the replica resolves random() to the gated stand-in.
+        replica.execute("SET search_path = public, pg_catalog")
+        result: dict[str, object] = {}
+
+        def run_fetch() -> None:
+            try:
+                result["row"] = replica.execute(
+                    statement,
+                    {
+                        "wallet": "alice",
+                        "currency": "USD",
+                        "tx_id": "tx-replica",
+                        "fence": 2,
+                        "need": 10,
+                        "limit": 8,
+                        "lease": 30.0,
+                    },
+                ).fetchone()
+            except Exception as exc:  # surfaced by the assertion below
+                result["error"] = exc
+
+        worker = threading.Thread(target=run_fetch)
+        worker.start()
+        _wait_until_blocked(observer, replica.info.backend_pid)
+        granted = other.execute(
+            TRY_LOCK,
+            {
+                "token_ids": [locked_meanwhile],
+                "tx_id": "tx-other",
+                "fence": 1,
+                "lease": 30.0,
+                "wallet": "alice",
+                "currency": "USD",
+            },
+        ).fetchone()
+        assert granted[1] == [locked_meanwhile]
+        admin.execute("COMMIT")  # open the gate
+        worker.join(10)
+        assert not worker.is_alive()
+        assert "error" not in result, result.get("error")
+        return result["row"]
+    finally:
+        admin.execute("ROLLBACK") if admin.info.transaction_status else None
+        admin.execute("DROP FUNCTION IF EXISTS public.random()")
+        for conn in (admin, replica, other, observer):
+            conn.close()
+
+
+def test_a_contested_fetch_passes_over_a_lock_committed_after_its_snapshot(db_url):
+    """Race 1, on a contested wallet: each token is taken as of the moment it is locked.
+
+    Both tokens are free in the fetch's snapshot; one is locked and committed before the fetch
+    reads its batch. Whichever the walk looks at first, the fetch never offers that one to its
+    insert: it takes the other, one lock attempt for one lock.
+    """
+    lost, free = make_token(quantity=10), make_token(quantity=10)
+    row = gated_fetch(db_url, FRESH_FETCH, lost.pk)
+    granted_ids, attempted, spare_ids = row[1], row[4], row[8]
+    assert (granted_ids, attempted) == ([free.pk], 1)
+    assert spare_ids is None  # the token passed over is taken: not offered back to the cache
+    locks = {lock.token_id: lock.spender_tx_id for lock in TokenLock.objects.all()}
+    assert locks == {lost.pk: "tx-other", free.pk: "tx-replica"}
 
 
 def test_lock_committed_after_the_candidate_snapshot_is_reported_not_locked(db_url):

@@ -300,6 +300,14 @@ def test_a_wallet_whose_queue_keeps_going_stale_is_served_by_fetches(store, cloc
     assert a.cache.contested(key) and a.cache.peek(key) == []  # the fetch's spares not queued
     a.release(a3)
     assert a.cache.peek(key) == []
+    claims = []
+    fetch = store.fetch_and_lock
+
+    def recording(claim, limit):
+        claims.append(claim)
+        return fetch(claim, limit)
+
+    store.fetch_and_lock = recording
     a4 = a.select("a4", key.wallet, key.currency, 1)
     assert (a4.stats.fetches, a4.stats.cache_hits, a4.stats.lock_conflicts) == (1, 0, 0)
     a.release(a4)
@@ -307,3 +315,5 @@ def test_a_wallet_whose_queue_keeps_going_stale_is_served_by_fetches(store, cloc
     clock.advance(1.0)
     a.select("a5", key.wallet, key.currency, 1)
     assert not a.cache.contested(key) and a.cache.peek(key)
+    # The store is told which fetches are a contested wallet's (it may take tokens one by one).
+    assert [claim.contested for claim in claims] == [True, False]
