@@ -27,7 +27,9 @@ class CountingStore(PostgresTokenStore):
     """Count the token rows offered to lock statements, as the seed-faithful baseline does.
 
     A fetch offers the rows of the prefix it tries to lock (granted or lost to a concurrent
-    selection); a try-lock offers every submitted candidate.
+    selection); a contested wallet's fetch offers the rows it took, having passed over those
+    it found locked without trying them (``locks_take_token``); a try-lock offers every
+    submitted candidate.
     """
 
     latest: CountingStore | None = None
