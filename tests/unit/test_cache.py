@@ -311,3 +311,50 @@ def test_each_token_tried_counts_so_a_mostly_refused_batch_is_enough(cache):
     assert not cache.contested(USD)
     cache.tried(EUR, offered=10, refused=7)
     assert cache.contested(EUR)
+
+
+def contest(cache, key=USD) -> None:
+    cache.tried(key, offered=1, refused=1)
+    cache.tried(key, offered=1, refused=1)
+
+
+def contested_for(cache, clock, key=USD, step=0.25) -> float:
+    """Advance the clock until `key` is no longer contested; return how long that took."""
+    waited = 0.0
+    while cache.contested(key):
+        clock.advance(step)
+        waited += step
+    return waited
+
+
+def test_a_wallet_contested_again_at_once_is_contested_twice_as_long_up_to_eight_times(
+    cache, clock
+):
+    contest(cache)
+    spans = [contested_for(cache, clock)]
+    for _ in range(5):
+        cache.tried(USD, offered=1, refused=1)  # the first queue after the contest: refused
+        spans.append(contested_for(cache, clock))
+
+    assert spans == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+
+
+def test_a_wallet_that_calmed_down_starts_again_from_a_short_contest(cache, clock):
+    contest(cache)
+    contested_for(cache, clock)
+    cache.tried(USD, offered=1, refused=1)
+    assert contested_for(cache, clock) == 2.0
+    clock.advance(5.0)  # its queue served for a while
+    for _ in range(10):
+        cache.tried(USD, offered=1, refused=0)
+
+    contest(cache)
+
+    assert contested_for(cache, clock) == 1.0
+
+
+def test_a_refusal_during_a_contest_does_not_lengthen_it(cache, clock):
+    contest(cache)
+    clock.advance(0.5)
+    cache.tried(USD, offered=1, refused=1)  # a try that began before the contest
+    assert contested_for(cache, clock) == 0.5
