@@ -193,8 +193,8 @@ END $$
 """
 
 
-def gated_fetch(db_url, statement: str, locked_meanwhile: int) -> tuple:
-    """Run ``statement`` for 10 of alice's USD, paused after its snapshot was taken.
+def gated_fetch(db_url, statement: str, locked_meanwhile: int, need: int = 10) -> tuple:
+    """Run ``statement`` for ``need`` of alice's USD, paused after its snapshot was taken.
 
     While it waits, another replica locks ``locked_meanwhile`` with the real TRY_LOCK statement
     and commits; then the fetch goes on and its row is returned.
@@ -217,7 +217,7 @@ def gated_fetch(db_url, statement: str, locked_meanwhile: int) -> tuple:
                         "currency": "USD",
                         "tx_id": "tx-replica",
                         "fence": 2,
-                        "need": 10,
+                        "need": need,
                         "limit": 8,
                         "lease": 30.0,
                     },
@@ -256,11 +256,11 @@ def test_a_contested_fetch_passes_over_a_lock_committed_after_its_snapshot(db_ur
     """Race 1, on a contested wallet: each token is taken as of the moment it is locked.
 
     Both tokens are free in the fetch's snapshot; one is locked and committed before the fetch
-    reads its batch. Whichever the walk looks at first, the fetch never offers that one to its
-    insert: it takes the other, one lock attempt for one lock.
+    reads its batch. Asked for both, the walk looks at each: it never offers the lost one to
+    its insert, and takes the other, one lock attempt for one lock.
     """
     lost, free = make_token(quantity=10), make_token(quantity=10)
-    row = gated_fetch(db_url, FRESH_FETCH, lost.pk)
+    row = gated_fetch(db_url, FRESH_FETCH, lost.pk, need=20)
     granted_ids, attempted, spare_ids = row[1], row[4], row[8]
     assert (granted_ids, attempted) == ([free.pk], 1)
     assert spare_ids is None  # the token passed over is taken: not offered back to the cache
@@ -276,60 +276,11 @@ def test_lock_committed_after_the_candidate_snapshot_is_reported_not_locked(db_u
     commits. The replica's anti-join (old snapshot) then passes the token as a candidate.
     """
     token = make_token(quantity=10)
-    admin, replica, other, observer = (_connect(db_url) for _ in range(4))
-    try:
-        admin.execute(GATE_SQL)
-        admin.execute("BEGIN")
-        admin.execute("SELECT pg_advisory_xact_lock(4242)")  # close the gate
-        # Only the replica resolves random() to the gated stand-in.
-        replica.execute("SET search_path = public, pg_catalog")
-        result: dict[str, object] = {}
-
-        def run_fetch() -> None:
-            try:
-                result["row"] = replica.execute(
-                    FETCH,
-                    {
-                        "wallet": "alice",
-                        "currency": "USD",
-                        "tx_id": "tx-replica",
-                        "fence": 2,
-                        "need": 10,
-                        "limit": 8,
-                        "lease": 30.0,
-                    },
-                ).fetchone()
-            except Exception as exc:  # surfaced by the assertion below
-                result["error"] = exc
-
-        worker = threading.Thread(target=run_fetch)
-        worker.start()
-        _wait_until_blocked(observer, replica.info.backend_pid)
-        granted = other.execute(
-            TRY_LOCK,
-            {
-                "token_ids": [token.pk],
-                "tx_id": "tx-other",
-                "fence": 1,
-                "lease": 30.0,
-                "wallet": "alice",
-                "currency": "USD",
-            },
-        ).fetchone()
-        assert granted[1] == [token.pk]
-        admin.execute("COMMIT")  # open the gate
-        worker.join(10)
-        assert not worker.is_alive()
-        assert "error" not in result, result.get("error")
-        _fence, granted_ids, _quantities, _expires, attempted, *_ = result["row"]
-        assert (granted_ids, attempted) == (None, 1)  # chosen, then lost to the other
-        lock = TokenLock.objects.get(pk=token.pk)
-        assert (lock.spender_tx_id, lock.fence) == ("tx-other", 1)
-    finally:
-        admin.execute("ROLLBACK") if admin.info.transaction_status else None
-        admin.execute("DROP FUNCTION IF EXISTS public.random()")
-        for conn in (admin, replica, other, observer):
-            conn.close()
+    row = gated_fetch(db_url, FETCH, token.pk)
+    _fence, granted_ids, _quantities, _expires, attempted, *_ = row
+    assert (granted_ids, attempted) == (None, 1)  # chosen, then lost to the other
+    lock = TokenLock.objects.get(pk=token.pk)
+    assert (lock.spender_tx_id, lock.fence) == ("tx-other", 1)
 
 
 def test_stale_cache_cannot_lock_a_token_whose_spend_is_in_flight_or_committed(db_url):
