@@ -5,7 +5,8 @@ Seeds the benchmark database with ``--wallets`` x ``--tokens-per-wallet`` tokens
 selection cycles through the service layer in this process, one replica: take a unit of the
 rate limits of a key and of a random wallet (as the REST path does), select a few units of that
 wallet, then spend half of the selections into payment and change and release the other half,
-extending every tenth first. Housekeeping runs once at the end over a batch of expired locks.
+extending every tenth first; every tenth selection is made on a wallet marked contested (its
+fetch takes tokens one by one). Housekeeping runs once at the end over a batch of expired locks.
 
 Two passes:
 
@@ -133,15 +134,22 @@ class Cycles:
         self.count = 0
         self.last_wallet = ""
 
-    def one(self, kind: str | None = None, wallet: str | None = None) -> str:
+    def one(
+        self, kind: str | None = None, wallet: str | None = None, contested: bool = False
+    ) -> str:
         from clients import throttling
-        from locks import services
+        from locks import replica, services
+        from sherdlock import WalletKey
         from tokens.services import TokenSpec
 
         self.count += 1
         tx_id = f"explain-{os.getpid()}-{self.count}"
         wallet = wallet or f"{PREFIX}{self.rng.randrange(self.wallets)}"
         self.last_wallet = wallet
+        if contested:
+            # Two refusals in a row make a wallet contested (sherdlock.cache): its queue is
+            # dropped and its fetch takes tokens one by one.
+            replica.get_selector().cache.tried(WalletKey(wallet, CURRENCY), 2, 2)
         # What the REST path adds to a selection: the rolling rate limits of the key and the
         # wallet, at their defaults, taken by the statement that locks.
         rates = throttling.configured_rates()
@@ -225,7 +233,6 @@ def explained(names: dict[str, str], cycles: Cycles) -> list[tuple[str, str, str
 
     from locks import replica
     from locks.housekeeping import run_housekeeping
-    from sherdlock import WalletKey
 
     connection.ensure_connection()
     raw = connection.connection
@@ -273,11 +280,7 @@ def explained(names: dict[str, str], cycles: Cycles) -> list[tuple[str, str, str
         record("select from the cache (same wallet), then release")
         cycles.one("extend")
         record("select, extend, spend")
-        # Two refusals in a row make a wallet contested (sherdlock.cache): its fetch walks.
-        replica.reset()
-        contested = WalletKey(cycles.last_wallet, CURRENCY)
-        replica.get_selector().cache.tried(contested, 2, 2)
-        cycles.one("release", wallet=cycles.last_wallet)
+        cycles.one("release", contested=True)
         record("select on a contested wallet (tokens taken one by one), then release")
         with connection.cursor() as cursor:
             cursor.execute("UPDATE locks_tokenlock SET expires_at = now() - interval '1 hour'")
@@ -325,13 +328,15 @@ def main(argv: list[str]) -> int:
         cycles = Cycles(args.wallets, args.seed)
         with connection.cursor() as cursor:
             cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        for _ in range(50):  # warm: prepared statements, caches
-            cycles.one()
+        # Warm: prepared statements (pg_stat_statements then keeps each statement's own text,
+        # which names it; a first run unprepared would leave its constants replaced), caches.
+        for number in range(50):
+            cycles.one(contested=number % 10 == 9)
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_stat_statements_reset()")
         say(f"measuring {args.cycles} cycles")
-        for _ in range(args.cycles):
-            cycles.one()
+        for number in range(args.cycles):
+            cycles.one(contested=number % 10 == 9)
         times = server_times(names)
         plans = explained(names, cycles)
     text = markdown(args, times, plans)
