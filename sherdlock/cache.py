@@ -186,7 +186,7 @@ class TokenCache:
                     self._remove(key)
                 if contest.missed >= CONTESTED and now >= contest.until:
                     first = min(self.ttl, CONTEST_SECONDS)
-                    again = contest.span and now < contest.until + contest.span
+                    again = contest.span > 0 and now < contest.until + contest.span
                     contest.span = min(2 * contest.span, CONTEST_GROWTH * first) if again else first
                     contest.until = now + contest.span
 
