@@ -29,21 +29,16 @@ class _Contest:
 
     missed: float  # moving average of refusals, per token tried
     until: float = 0.0  # the wallet is served by fetches alone until then
-    span: float = 0.0  # how long its latest contest lasts
 
 
 # The weight of each token tried in a wallet's moving average of refusals, and the average at
 # which its queue is given up for a while: two tokens in a row refused, or a batch of several
 # mostly refused. A wallet whose queue loses one token in ten never gets there. A contested wallet
 # gets no queue for CONTEST_SECONDS, or the ttl if shorter (a listener's 30 s ttl would keep a
-# wallet that has calmed down on fetches for too long). A wallet contested again as soon as its
-# contest ended (the first queue tried after it was refused too) is contested twice as long as
-# the time before, up to CONTEST_GROWTH times the first: at hot tokens R = 20 each contest's end
-# cost a queue whose tokens were mostly taken, and a plain fetch that lost half its picks.
+# wallet that has calmed down on fetches for too long).
 CONTEST_WEIGHT = 0.3
 CONTESTED = 0.5
 CONTEST_SECONDS = 1.0
-CONTEST_GROWTH = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +60,7 @@ class TokenCache:
     take its free tokens faster than a queue ages, so every queued token is a likely wasted
     attempt. For a while (CONTEST_SECONDS, or `ttl` if shorter) it gets no queue (``take``
     finds nothing, ``put`` and ``add`` keep nothing) and its selections lock from fetches, which
-    see what is free now. Then one queue is tried again; if that is refused as well, the next
-    contest lasts twice as long (at most CONTEST_GROWTH times the first).
+    see what is free now. Then one queue is tried again.
     """
 
     def __init__(
@@ -184,11 +178,8 @@ class TokenCache:
             if refused:
                 if key in self._queues:
                     self._remove(key)
-                if contest.missed >= CONTESTED and now >= contest.until:
-                    first = min(self.ttl, CONTEST_SECONDS)
-                    again = contest.span > 0 and now < contest.until + contest.span
-                    contest.span = min(2 * contest.span, CONTEST_GROWTH * first) if again else first
-                    contest.until = now + contest.span
+                if contest.missed >= CONTESTED:
+                    contest.until = now + min(self.ttl, CONTEST_SECONDS)
 
     def contested(self, key: WalletKey) -> bool:
         """Tell whether `key` is served by fetches alone for now (see the class)."""
