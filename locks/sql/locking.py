@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from clients.sql import ADMITTED, METERED, RESULT_METERED
 from common.sql import ASYNC_COMMIT
+from locks.sql.batches import DIRECTIONS, FRESH_CHOSEN, FRESH_WANTED, ORDERED_BATCH
 
 # -- fragments ----------------------------------------------------------------------------
 
@@ -223,42 +224,8 @@ chosen AS MATERIALIZED (
       AND (SELECT free FROM reach) >= %(need)s::numeric{gated}
 ),"""
 
-# -- a contested wallet's fetch: each token taken as of the moment it is locked ------------
-
-# On a wallet whose selections keep colliding (sherdlock.cache, "contested") the fetch walks its
-# batch in the same random order and takes tokens one at a time through locks_take_token
-# (migration locks 0013), which looks at the lock table as of that moment, until what it took
-# covers the need. A token locked after the statement began is passed over instead of being
-# inserted and lost. The walk is a recursive CTE; OFFSET 0 keeps the call in a subquery of its
-# own, run once per step. What was taken is row-locked already, so FRESH_WANTED reads the rows
-# without FOR UPDATE (under the row lock the function found them unspent). Every token the
-# walk looked at (`looked`) is left out of the spare: those it passed over are taken.
-FRESH_CHOSEN = """
-ordered AS MATERIALIZED (
-    SELECT id, quantity, row_number() OVER (ORDER BY rnd, id) AS n
-    FROM candidates
-    WHERE (SELECT free FROM reach) >= %(need)s::numeric{gated}
-),
-walk (n, id, took, total) AS (
-    SELECT 0::bigint, NULL::bigint, false, 0::numeric
-    UNION ALL
-    SELECT o.n, o.id, k.took, w.total + CASE WHEN k.took THEN o.quantity ELSE 0 END
-    FROM walk w
-    JOIN ordered o ON o.n = w.n + 1
-    CROSS JOIN LATERAL (
-        SELECT locks_take_token(o.id, %(wallet)s::text, %(currency)s::text) AS took OFFSET 0
-    ) k
-    WHERE w.total < %(need)s::numeric
-),
-looked AS MATERIALIZED (SELECT id, took FROM walk WHERE n > 0),
-chosen AS MATERIALIZED (SELECT id FROM looked WHERE took),"""
+# A contested wallet's fetch: the plain fetch's batch, walked a token at a time (locks.sql.batches).
 FRESH_CHOICE = FETCH_CHOICE[: FETCH_CHOICE.index("\nchosen AS")] + FRESH_CHOSEN
-FRESH_WANTED = """
-wanted AS (
-    SELECT t.id, t.quantity, t.tx_id, t."index"
-    FROM tokens_token t
-    WHERE t.id IN (SELECT id FROM chosen) AND {unspent_of_key}
-),"""
 
 FETCH_EXTRA = """(SELECT count(*) FROM chosen) AS attempted,
        (SELECT rows FROM seen) < %(limit)s::int AS exhausted,
@@ -275,23 +242,8 @@ FETCH_EXTRA = """(SELECT count(*) FROM chosen) AS attempted,
 
 # -- strategies: fetches in quantity order, windows, the strategy on the selection row -------
 
-# The batch of a fetch in quantity order (smallest_first: ascending, fewest_tokens: descending),
-# equal quantities in random order, so replicas that read the same tokens do not all try the
-# same one first. Unlike the random fetch's index walk, it reads every free token of the wallet
-# (an index-only scan of token_unspent_by_wallet and a top-N sort): the price of an order by
-# amount without an index on it, which every issue and spend would pay for. `rnd` is the rank in
-# that order, so the random fetch's later parts (seen, reach, chosen) lock the covering prefix
-# in it as they are. The random fetch's own text stays as it is.
-ORDERED_BATCH = """
-candidates AS MATERIALIZED (
-    SELECT id, quantity, row_number() OVER (ORDER BY quantity {direction}, tie) AS rnd
-    FROM (SELECT t.id, t.quantity, random() AS tie FROM tokens_token t
-          WHERE {unspent_of_key} AND {free}
-          ORDER BY t.quantity {direction}, tie
-          LIMIT %(limit)s::int) batch
-),"""
+# A fetch in quantity order (locks.sql.batches), then the random fetch's later parts as they are.
 FETCH_ORDERED_CHOICE = ORDERED_BATCH + FETCH_CHOICE[FETCH_CHOICE.index("\nseen AS") :]
-DIRECTIONS = {"ascending": "ASC", "descending": "DESC"}
 
 # The window of a choosing strategy (exact, consolidate), read without locking anything: up to
 # %(smallest)s of the smallest free tokens of the wallet and up to %(largest)s of the largest
