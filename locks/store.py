@@ -78,6 +78,7 @@ class PostgresTokenStore:
             quantities,
             expires_at,
             attempted,
+            short_batch,
             exhausted,
             free,
             unspent,
@@ -104,6 +105,7 @@ class PostgresTokenStore:
             conflicts=int(attempted) - len(granted),
             fence=int(fence),
             shortfall=shortfall,
+            short_batch=bool(short_batch),
             record=self._recorded(claim, int(fence), granted, recorded_id, recorded_at, tokens),
         )
 
@@ -205,7 +207,7 @@ class PostgresTokenStore:
             order=claim.order if fetch else "random",
             strategy=named,
             metered=meter is not None,
-            fresh=fetch and claim.contested and claim.order == "random",
+            fresh=fetch and claim.contested,
         )
         row = db.one(self._execute(locking.LOCK_STATEMENTS[variant], params))
         if meter is None:

@@ -23,11 +23,14 @@ class TokenStore(Protocol):
 
         Free means unspent and without a live lock. Rows come in a fresh random permutation
         on every call so replicas do not all race for the same tokens, and rows another
-        transaction is touching right now are skipped rather than waited for. Lock the
-        shortest prefix whose quantities reach `claim.need` (all rows if they do not reach it
-        but more free tokens exist); return the other rows unlocked as `spare`. If every
-        free token of the key together cannot reach the need, lock nothing and report the
-        key's totals as `shortfall`. Set `exhausted` when fewer than `limit` rows were
+        transaction is touching right now are skipped rather than waited for (`claim.order`
+        other than random: rows in that order of quantity, ties at random). Lock the shortest
+        prefix whose quantities reach `claim.need`; return the other rows unlocked as `spare`.
+        If every free token of the key together cannot reach the need, lock nothing and report
+        the key's totals as `shortfall`. If `limit` random rows do not reach it (more free
+        tokens may), lock nothing and set `short_batch`: the caller fetches in descending order
+        next. Rows in quantity order that do not reach it are all locked if more free tokens
+        exist. Set `exhausted` when fewer than `limit` rows were
         found, and `conflicts` to the rows it tried to lock but lost to a concurrent
         selection. For a `claim.contested` key a store may take each row as of the moment it
         locks it rather than as of its read of the batch: a row locked meanwhile is then passed

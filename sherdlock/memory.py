@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .errors import ClaimRefused
 from .interfaces import Clock
-from .strategies import arrange, prefix
+from .strategies import ORDER_RANDOM, arrange, prefix
 from .types import Candidate, Claim, FetchResult, LockOutcome, Supply, WalletKey
 
 
@@ -184,6 +184,11 @@ class InMemoryStore:
                 (Candidate(t, self._tokens[t].quantity) for t in free), claim.order, self._rng
             )[:limit]
             seen = sum(c.quantity for c in rows)
+            if seen < need and len(rows) == limit and claim.order == ORDER_RANDOM:
+                # The batch is short, not (as far as it tells) the wallet: lock nothing.
+                result = FetchResult(spare=rows, fence=fence, short_batch=True)
+                self._raise_after(fault)
+                return result
             reach = (
                 seen
                 if seen >= need or len(rows) < limit

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import InvalidRequest
-from .strategies import DEFAULT, Strategy
+from .strategies import DEFAULT, DESCENDING, Strategy
 from .types import MAX_QUANTITY, Candidate, Claim, SelectionStats, WalletKey
 
 
@@ -30,8 +30,12 @@ class Round:
     record: object | None = None
     strategy: Strategy = DEFAULT
 
-    def claim(self, contested: bool = False) -> Claim:
-        """Describe this round to the store (``contested``: see Claim)."""
+    def claim(self, contested: bool = False, largest_first: bool = False) -> Claim:
+        """Describe this round to the store (``contested``: see Claim).
+
+        ``largest_first``: a fetch in descending order of quantity, whatever the strategy's
+        order (after a random fetch came back short, FetchResult.short_batch).
+        """
         return Claim(
             self.tx_id,
             self.key,
@@ -41,10 +45,19 @@ class Round:
             min(self.expiries) if self.expiries else None,  # type: ignore[type-var]
             self.recording,
             self.namespace,
-            self.strategy.order,
+            DESCENDING if largest_first else self.strategy.order,
             self.strategy.name,
             contested,
         )
+
+    def adopt(self, fence: int | None, record: object | None) -> None:
+        """Take the fence a store call drew (or confirmed) and what it recorded."""
+        if fence is not None:
+            if self.fence is not None and fence != self.fence:
+                raise RuntimeError(f"store answered fence {fence} for fence {self.fence}")
+            self.fence = fence
+        if record is not None:
+            self.record = record
 
     def fresh(self, strategy: Strategy | None = None) -> Round:
         """Return a new round of the same selection (same fence and stats), holding nothing."""

@@ -227,12 +227,15 @@ class Selector:
         # concurrent statements says nothing about what is free now, and only a fetch that
         # finds the free tokens short (shortfall) tells that others hold what is needed.
         allowed_stalls = config.max_retries
-        fetches = 0
+        fetches = total_before_fetch = 0
         stalled = 0  # consecutive refetches with nothing locked since the previous fetch
-        total_before_fetch = 0
         shortfall: Supply | None = None  # as of the latest fetch
+        # Once a random batch comes back short (FetchResult.short_batch) the round fetches the
+        # wallet's largest free tokens; its cache holds no better ones.
+        largest_first = just_switched = False
         while rnd.total < rnd.quantity:
-            batch = cache.take(rnd.key, rnd.quantity - rnd.total, exclude=rnd.ids)
+            need = rnd.quantity - rnd.total
+            batch = [] if largest_first else cache.take(rnd.key, need, exclude=rnd.ids)
             if cache is not self._cache:  # this replica's holds live in the random cache
                 batch = [c for c in batch if not self._cache.is_held(c.token_id)]
             if batch:
@@ -245,7 +248,8 @@ class Selector:
                 cache.tried(rnd.key, len(batch), len(missed))
                 continue
 
-            if fetches:
+            # A short batch's refetch follows at once: that fetch found no contention.
+            if fetches and not just_switched:
                 stalled = stalled + 1 if rnd.total == total_before_fetch else 0
                 if stalled > allowed_stalls:
                     if shortfall is None:
@@ -255,7 +259,10 @@ class Selector:
                     self._sleep(self._rng.uniform(*config.refetch_delay))
             total_before_fetch = rnd.total
             rnd.pending = None
-            claim = rnd.claim(contested=cache.contested(rnd.key))
+            # Replicas that fall back to a wallet's largest tokens go for the same few, so that
+            # fetch takes each as of the moment it locks it, as on a contested wallet.
+            contested = largest_first or cache.contested(rnd.key)
+            claim = rnd.claim(contested, largest_first)
             result = store.fetch_and_lock(claim, self._fetch_limit(rnd.key))
             rnd.pending = []
             fetches += 1
@@ -263,8 +270,14 @@ class Selector:
             # The prefix a fetch tried to lock counts as attempts, like a try_lock batch.
             stats.lock_attempts += len(result.granted) + result.conflicts
             stats.lock_conflicts += result.conflicts
-            self._adopt(rnd, result.fence, result.record)
+            rnd.adopt(result.fence, result.record)
             self._accept(rnd, result.granted, result.expires_at, None)
+            if result.short_batch:
+                # A few large tokens rather than a batch of small ones and then another; the
+                # small ones stay out of the cache, which would offer them first.
+                largest_first = just_switched = True
+                continue
+            just_switched = False
             if rnd.total >= rnd.quantity:
                 self._cache_spare(rnd, result.spare)
                 break
@@ -285,7 +298,7 @@ class Selector:
         rnd.pending = sorted(submitted)
         outcome = self._store.try_lock(rnd.claim(), batch)
         rnd.pending = []
-        self._adopt(rnd, outcome.fence, outcome.record)
+        rnd.adopt(outcome.fence, outcome.record)
         hits = self._accept(rnd, outcome.granted, outcome.expires_at, submitted)
         rnd.stats.lock_attempts += len(batch)
         rnd.stats.lock_conflicts += len(batch) - hits
@@ -313,16 +326,6 @@ class Selector:
                 self._fetched.popitem(last=False)
         warm = last is not None and now - last < self._cache.ttl
         return config.fetch_limit if warm else min(config.cold_fetch_limit, config.fetch_limit)
-
-    @staticmethod
-    def _adopt(rnd: Round, fence: int | None, record: object | None) -> None:
-        """Take the fence a store call drew (or confirmed) and what it recorded."""
-        if fence is not None:
-            if rnd.fence is not None and fence != rnd.fence:
-                raise RuntimeError(f"store answered fence {fence} for fence {rnd.fence}")
-            rnd.fence = fence
-        if record is not None:
-            rnd.record = record
 
     def _accept(
         self,

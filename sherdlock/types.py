@@ -121,6 +121,10 @@ class FetchResult:
     # locked: the wallet's totals, to tell insufficient funds from funds held by others.
     shortfall: Supply | None = None
     record: object | None = None
+    # Set by a random fetch whose batch was full (the wallet has more free tokens than the
+    # limit) but cannot cover the need; nothing was locked. The wallet may still cover it with
+    # its larger tokens: fetch next in descending order (ORDER_DESCENDING).
+    short_batch: bool = False
 
 
 @dataclass(slots=True)

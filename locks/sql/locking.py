@@ -177,10 +177,13 @@ chosen AS (
 #   replica a different starting point without sorting the whole wallet.
 # - The batch is read without row locks: only the prefix that will be inserted is row-locked
 #   (WANTED), so a fetch writes no more tuples than it locks.
-# - If the batch cannot cover the need, it is worth locking only if every free token of the
-#   wallet together can: otherwise nothing is locked and the wallet's unspent total is returned
-#   so the caller can tell insufficient funds from funds held by others. Both sums are read only
-#   when needed (a CASE evaluates its subqueries lazily).
+# - If the batch cannot cover the need, nothing is locked. A batch that held every free token
+#   of the wallet (fewer rows than the limit) means the free tokens are short: the wallet's
+#   unspent total is returned so the caller can tell insufficient funds from funds held by
+#   others (read only then: a CASE evaluates its subqueries lazily). Otherwise the batch is
+#   short, not the wallet (`free` NULL, `short_batch`): the caller fetches the wallet's largest
+#   free tokens next (a fetch in descending order), so it locks a few large tokens rather than
+#   a batch of small ones and then another.
 FETCH_CHOICE = """
 pivot AS MATERIALIZED (
     SELECT lo + floor(random() * (hi - lo + 1))::bigint AS p
@@ -210,8 +213,7 @@ seen AS MATERIALIZED (
 reach AS MATERIALIZED (
     SELECT CASE
         WHEN s.total >= %(need)s::numeric OR s.rows < %(limit)s::int THEN s.total
-        ELSE (SELECT coalesce(sum(t.quantity), 0) FROM tokens_token t
-              WHERE {unspent_of_key} AND {free})
+        ELSE {beyond_batch}
     END AS free
     FROM seen s
 ),
@@ -224,10 +226,16 @@ chosen AS MATERIALIZED (
       AND (SELECT free FROM reach) >= %(need)s::numeric{gated}
 ),"""
 
-# A contested wallet's fetch: the plain fetch's batch, walked a token at a time (locks.sql.batches).
-FRESH_CHOICE = FETCH_CHOICE[: FETCH_CHOICE.index("\nchosen AS")] + FRESH_CHOSEN
+# What a fetch takes `free` to be when its batch is full and cannot cover the need: the random
+# fetch nothing (NULL: it locks nothing and answers short_batch); a fetch in quantity order, whose
+# batch is the wallet's first tokens in that order, the sum of every free token of the wallet, so
+# that it locks its whole batch when they can cover the need together.
+SHORT_BATCH = "NULL::numeric"
+EVERY_FREE_TOKEN = """(SELECT coalesce(sum(t.quantity), 0) FROM tokens_token t
+              WHERE {unspent_of_key} AND {free})"""
 
 FETCH_EXTRA = """(SELECT count(*) FROM chosen) AS attempted,
+       (SELECT free FROM reach) IS NULL AS short_batch,
        (SELECT rows FROM seen) < %(limit)s::int AS exhausted,
        (SELECT free FROM reach) AS free,
        CASE WHEN (SELECT free FROM reach) < %(need)s::numeric THEN (
@@ -244,6 +252,12 @@ FETCH_EXTRA = """(SELECT count(*) FROM chosen) AS attempted,
 
 # A fetch in quantity order (locks.sql.batches), then the random fetch's later parts as they are.
 FETCH_ORDERED_CHOICE = ORDERED_BATCH + FETCH_CHOICE[FETCH_CHOICE.index("\nseen AS") :]
+
+# A contested wallet's fetch: the batch, walked a token at a time (locks.sql.batches).
+FRESH_CHOICES = {
+    ordered: choice[: choice.index("\nchosen AS")] + FRESH_CHOSEN
+    for ordered, choice in ((False, FETCH_CHOICE), (True, FETCH_ORDERED_CHOICE))
+}
 
 # The window of a choosing strategy (exact, consolidate), read without locking anything: up to
 # %(smallest)s of the smallest free tokens of the wallet and up to %(largest)s of the largest
@@ -283,7 +297,7 @@ class LockStatement:
     order: str = "random"  # fetch: random, or by quantity (ascending, descending)
     strategy: bool = False  # record: name the strategy on the selection row
     metered: bool = False  # take the request's rate-limit units, lock nothing if refused
-    fresh: bool = False  # random fetch: take tokens one by one as of now (a contested wallet)
+    fresh: bool = False  # fetch: take tokens one by one as of now (a contested wallet)
 
 
 # A locking statement: its CTEs in this order (a variant leaves out the ones it does without),
@@ -295,9 +309,10 @@ LOCK_CTES = "{commit_mode}{fence}{meter}{gate}{choice}{wanted}{granted}{recorded
 def _choice(variant: LockStatement) -> str:
     if not variant.fetch:
         return TRY_LOCK_CHOICE
+    ordered = variant.order != "random"
     if variant.fresh:
-        return FRESH_CHOICE
-    return FETCH_CHOICE if variant.order == "random" else FETCH_ORDERED_CHOICE
+        return FRESH_CHOICES[ordered]
+    return FETCH_ORDERED_CHOICE if ordered else FETCH_CHOICE
 
 
 def _compose(variant: LockStatement) -> str:
@@ -310,7 +325,13 @@ def _compose(variant: LockStatement) -> str:
         fence=FENCE.format(after="" if variant.durable else AFTER_COMMIT_MODE),
         meter=METERED if variant.metered else "",
         gate=GATE if variant.record else "",
-        choice=_choice(variant).format(**fill, direction=DIRECTIONS.get(variant.order, "")),
+        choice=_choice(variant).format(
+            **fill,
+            direction=DIRECTIONS.get(variant.order, ""),
+            beyond_batch=SHORT_BATCH
+            if variant.order == "random"
+            else EVERY_FREE_TOKEN.format(**fill),
+        ),
         wanted=(FRESH_WANTED if variant.fresh else WANTED).format(**fill),
         granted=GRANTED,
         recorded=RECORDED.format(**(RECORDED_STRATEGY if variant.strategy else RECORDED_DEFAULT))
@@ -333,15 +354,13 @@ def _variants() -> Iterator[LockStatement]:
             for durable in (False, True):
                 # Metered: the first statement of a rate-limited request (clients.throttling).
                 for metered in (False, True):
-                    yield LockStatement(fetch, record, durable, metered=metered)
-                    if fetch:  # a contested wallet's fetch
-                        yield LockStatement(fetch, record, durable, metered=metered, fresh=True)
                     # The strategies' variants: fetches in quantity order, rows naming them.
                     for order in ("random", "ascending", "descending") if fetch else ("random",):
                         for strategy in (False, True) if record else (False,):
-                            if order != "random" or strategy:
+                            # A contested wallet's fetch.
+                            for fresh in (False, True) if fetch else (False,):
                                 yield LockStatement(
-                                    fetch, record, durable, order, strategy, metered
+                                    fetch, record, durable, order, strategy, metered, fresh
                                 )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from datetime import timedelta
 
 import psycopg
@@ -78,12 +79,32 @@ class TestStatements:
     def test_fetch_locks_nothing_when_all_free_tokens_cannot_make_up_the_need(self, store):
         tokens = make_tokens(6, quantity=5)
         make_lock(tokens[0], "other")
-        for limit in (64, 2):  # the whole wallet in one batch, and a full but short batch
-            result = store.fetch_and_lock(claim("tx-1", 1, 26), limit)
-            assert result.granted == [] and result.conflicts == 0
+        largest = replace(claim("tx-1", 1, 26), order="descending")
+        # The whole wallet in one batch; a full batch of its largest tokens, short too.
+        for asked, limit in ((claim("tx-1", 1, 26), 64), (largest, 2)):
+            result = store.fetch_and_lock(asked, limit)
+            assert result.granted == [] and result.conflicts == 0 and not result.short_batch
             assert (result.shortfall.unspent, result.shortfall.locked_by_others) == (30, 5)
         assert store.fetch_and_lock(claim("tx-1", 1, 31), 64).shortfall.unspent == 30
         assert list(TokenLock.objects.values_list("spender_tx_id", flat=True)) == ["other"]
+
+    @pytest.mark.parametrize("contested", [False, True])
+    def test_a_full_random_batch_that_cannot_cover_locks_nothing_and_says_so(
+        self, store, contested
+    ):
+        make_tokens(20, quantity=1)
+        large = [make_token(quantity=q) for q in (30, 40, 50)]
+        # Two tokens make at most 50 + 40 of the 91 asked: a batch of two is short.
+        asked = Claim("tx-1", KEY, 91, 1, contested=contested)
+        result = store.fetch_and_lock(asked, 2)
+        assert result.short_batch and result.granted == [] and result.shortfall is None
+        assert len(result.spare) == 2 and not TokenLock.objects.exists()
+        # The largest first: 50 + 40 + 30 (120) covers 91, and the fourth is left as spare.
+        result = store.fetch_and_lock(replace(asked, order="descending"), 4)
+        assert [c.token_id for c in result.granted] == [t.pk for t in large]
+        assert not result.short_batch and len(result.spare) == 1
+        locks = TokenLock.objects.values_list("token_id", flat=True)
+        assert set(locks) == {t.pk for t in large}
 
     def test_fetch_takes_over_an_expired_lock_with_the_new_fence(self, store):
         token = make_token()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -68,11 +69,26 @@ def test_fetch_locks_nothing_when_the_free_tokens_cannot_make_up_the_need(funded
     funded.try_lock(claim("other", 1), [Candidate(1, 1), Candidate(2, 2)])
 
     short = funded.fetch_and_lock(claim("tx", 2, 53, key), 64)
-    over = funded.fetch_and_lock(claim("tx", 2, 56, key), 4)  # a full batch, still short
+    # A full batch of the largest free tokens, still short: so is the wallet.
+    over = funded.fetch_and_lock(replace(claim("tx", 2, 56, key), order="descending"), 4)
 
     for result in (short, over):
         assert result.granted == [] and result.shortfall == Supply(55, 3)
+        assert not result.short_batch
     assert set(funded.locks()) == {1, 2}
+
+
+def test_a_full_random_batch_that_cannot_cover_locks_nothing_and_says_so(funded, key):
+    # Four random tokens of 1-10 never make up 35; the wallet's free tokens (55) do.
+    result = funded.fetch_and_lock(claim("tx", 2, 35, key), 4)
+
+    assert result.short_batch and result.granted == [] and result.shortfall is None
+    assert len(result.spare) == 4 and funded.locks() == {}
+
+    largest = funded.fetch_and_lock(replace(claim("tx", 2, 35, key), order="descending"), 4)
+
+    # The four largest (34) fall short too, but the wallet can cover 35: all four are locked.
+    assert [c.quantity for c in largest.granted] == [10, 9, 8, 7] and not largest.short_batch
 
 
 def test_recording_claims_are_recorded_by_the_completing_call_and_refused_once_taken(key, clock):

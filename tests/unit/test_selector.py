@@ -281,7 +281,8 @@ def test_failed_release_keeps_original_error_and_notes_it(store, clock, sleeper,
     issue(store, key, [1] * 5)
     selector = make_selector(store, clock, sleeper, fetch_limit=1)
     boom = TimeoutError("statement timeout")
-    store.fail_next("fetch_and_lock", boom, skip=1)
+    # The first fetch's batch is short (locks nothing), the second locks a token.
+    store.fail_next("fetch_and_lock", boom, skip=2)
     store.fail_next("unlock", ConnectionError("gone"))
 
     with pytest.raises(TimeoutError) as caught:

@@ -122,13 +122,14 @@ def test_fresh_cache_saves_fetches(store, clock, sleeper, key):
 
 
 def test_selection_spanning_many_fetches_is_not_cut_short(store, clock, sleeper, key):
-    # Each fetch locks something, so no fetch counts as a retry.
+    # The first (random) batch is short and locks nothing, but that is not contention; each
+    # later fetch (largest first) locks something. So no fetch counts as a retry.
     issue(store, key, [1] * 50)
     selector = make_selector(store, clock, sleeper, fetch_limit=2, max_retries=0)
 
     selection = selector.select("tx", key.wallet, key.currency, 40)
 
-    assert selection.total == 40 and selection.stats.fetches == 20
+    assert selection.total == 40 and selection.stats.fetches == 1 + 20
     assert sleeper.calls == []
 
 
@@ -184,6 +185,8 @@ class ExpiryStore(SpyStore):
 
     def fetch_and_lock(self, claim: Claim, limit: int) -> FetchResult:
         result = self.inner.fetch_and_lock(claim, limit)
+        if not result.granted:  # a short batch: no lease to report
+            return result
         return replace(result, expires_at=next(self.expiries))
 
 
@@ -206,9 +209,9 @@ def test_refetch_waits_only_without_progress(store, clock, sleeper, key):
     with pytest.raises(FundsLocked) as caught:
         selector.select("tx", key.wallet, key.currency, 3)
 
-    # The free tokens (2) never make up 3: the first fetch and two refetches after a wait
-    # each lock nothing.
-    assert caught.value.stats.fetches == 3 and caught.value.stats.lock_attempts == 0
+    # The free tokens (2) never make up 3. The first fetch's batch is short, so at once the
+    # largest tokens are fetched, then twice more after a wait: none of them locks anything.
+    assert caught.value.stats.fetches == 1 + 3 and caught.value.stats.lock_attempts == 0
     assert len(sleeper.calls) == 2
     assert all(0.001 <= s <= 0.010 for s in sleeper.calls)
 
@@ -221,7 +224,8 @@ def test_a_fetch_locks_batch_by_batch_only_what_can_make_up_the_quantity(
 
     selection = selector.select("tx", key.wallet, key.currency, 5)
 
-    assert selection.total == 5 and selection.stats.fetches == 3
+    # A short random batch (nothing locked), then the largest tokens by twos: 2, 2, 1.
+    assert selection.total == 5 and selection.stats.fetches == 1 + 3
     with pytest.raises(InsufficientFunds):
         selector.select("tx-2", key.wallet, key.currency, 7)
     with pytest.raises(FundsLocked) as caught:
@@ -317,3 +321,32 @@ def test_a_wallet_whose_queue_keeps_going_stale_is_served_by_fetches(store, cloc
     assert not a.cache.contested(key) and a.cache.peek(key)
     # The store is told which fetches are a contested wallet's (it may take tokens one by one).
     assert [claim.contested for claim in claims] == [True, False]
+
+
+class OrderSpy(SpyStore):
+    """Record the order of every fetch."""
+
+    def __init__(self, inner: InMemoryStore) -> None:
+        super().__init__(inner)
+        self.orders: list[str] = []
+
+    def fetch_and_lock(self, claim: Claim, limit: int) -> FetchResult:
+        self.orders.append(claim.order)
+        return self.inner.fetch_and_lock(claim, limit)
+
+
+def test_a_short_random_batch_is_followed_by_the_largest_tokens(store, clock, sleeper, key):
+    # Two random tokens never make up 101 (at most 50 + 50); a hundred tokens of 1 could help.
+    issue(store, key, [1] * 100 + [50, 50, 50])
+    spy = OrderSpy(store)
+    selector = make_selector(spy, clock, sleeper, fetch_limit=2, cold_fetch_limit=2, max_retries=0)
+
+    selection = selector.select("tx", key.wallet, key.currency, 101)
+
+    # The random batch locks nothing; then the largest first, by twos: 50 + 50, then 50.
+    assert spy.orders == ["random", "descending", "descending"]
+    assert [c.quantity for c in selection.tokens] == [50, 50, 50]
+    assert selection.stats.lock_attempts == 3 and sleeper.calls == []
+    # Only the last fetch's spare (the token of 1 after the last 50) is queued: not what the
+    # short batch saw, which the cache would have offered before the large tokens.
+    assert [c.quantity for c in selector.cache.peek(key)] == [1]
