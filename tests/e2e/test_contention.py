@@ -176,6 +176,37 @@ def test_many_wallets(tmp_path, subprocess_env, replicas, selections):
     assert_books_balance(records, Decimal(20 * 20 * 5))
 
 
+@pytest.mark.parametrize(
+    "replicas,selections",
+    [
+        pytest.param(8, 12, id="short"),
+        pytest.param(12, 80, id="long", marks=pytest.mark.slow),
+    ],
+)
+def test_hot_tokens(tmp_path, subprocess_env, replicas, selections):
+    """Requests that a batch of small tokens cannot cover: short batches, then largest first.
+
+    Most random batches hold no free token of 100, so the replicas keep falling back to the
+    wallet's largest tokens, all at once, through the contested walk.
+    """
+    make_tokens(200, wallet="hot-tokens", quantity=1)
+    make_tokens(8, wallet="hot-tokens", quantity=100)
+    records = run_replicas(
+        tmp_path,
+        subprocess_env,
+        replicas,
+        wallets=["hot-tokens"],
+        selections=selections,
+        min_quantity=80,
+        max_quantity=150,
+    )
+    counts = outcomes(records)
+    assert len(records) == replicas * selections
+    assert counts.get("insufficient_funds", 0) == 0, counts  # the supply (1000) always sufficed
+    assert_never_held_twice(records)
+    assert_books_balance(records, Decimal(1000))
+
+
 STRATEGY_MIX = ["random", "smallest_first", "fewest_tokens", "exact", "consolidate"]
 # Tokens of 5, 1 and 25 (worth 260) in each currency of each shared wallet.
 SHARED = [(30, 5), (10, 1), (4, 25)]
