@@ -1,8 +1,9 @@
 """How a fetch takes its batch other than the random fetch's way: fragments of its statements.
 
-In quantity order (the strategies smallest_first and fewest_tokens), and walked a token at a
-time as of the moment of each lock (a contested wallet). ``locks.sql.locking`` composes them
-into its ``LockStatement`` variants, with ``str.format`` only.
+In quantity order (the strategies smallest_first and fewest_tokens, and a random selection's
+fetch after a short batch), what a batch that cannot cover the need stands for, and walked a
+token at a time as of the moment of each lock (a contested wallet). ``locks.sql.locking``
+composes them into its ``LockStatement`` variants, with ``str.format`` only.
 """
 
 from __future__ import annotations
@@ -23,6 +24,14 @@ candidates AS MATERIALIZED (
           LIMIT %(limit)s::int) batch
 ),"""
 DIRECTIONS = {"ascending": "ASC", "descending": "DESC"}
+
+# What a fetch takes `free` to be when its batch is full and cannot cover the need: the random
+# fetch nothing (NULL: it locks nothing and answers short_batch); a fetch in quantity order, whose
+# batch is the wallet's first tokens in that order, the sum of every free token of the wallet, so
+# that it locks its whole batch when they can cover the need together.
+SHORT_BATCH = "NULL::numeric"
+EVERY_FREE_TOKEN = """(SELECT coalesce(sum(t.quantity), 0) FROM tokens_token t
+              WHERE {unspent_of_key} AND {free})"""
 
 # On a wallet whose selections keep colliding (sherdlock.cache, "contested") the fetch walks its
 # batch in the same random order and takes tokens one at a time through locks_take_token

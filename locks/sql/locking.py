@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from clients.sql import ADMITTED, METERED, RESULT_METERED
 from common.sql import ASYNC_COMMIT
-from locks.sql.batches import DIRECTIONS, FRESH_CHOSEN, FRESH_WANTED, ORDERED_BATCH
+from locks.sql import batches
 
 # -- fragments ----------------------------------------------------------------------------
 
@@ -226,14 +226,6 @@ chosen AS MATERIALIZED (
       AND (SELECT free FROM reach) >= %(need)s::numeric{gated}
 ),"""
 
-# What a fetch takes `free` to be when its batch is full and cannot cover the need: the random
-# fetch nothing (NULL: it locks nothing and answers short_batch); a fetch in quantity order, whose
-# batch is the wallet's first tokens in that order, the sum of every free token of the wallet, so
-# that it locks its whole batch when they can cover the need together.
-SHORT_BATCH = "NULL::numeric"
-EVERY_FREE_TOKEN = """(SELECT coalesce(sum(t.quantity), 0) FROM tokens_token t
-              WHERE {unspent_of_key} AND {free})"""
-
 FETCH_EXTRA = """(SELECT count(*) FROM chosen) AS attempted,
        (SELECT free FROM reach) IS NULL AS short_batch,
        (SELECT rows FROM seen) < %(limit)s::int AS exhausted,
@@ -251,11 +243,11 @@ FETCH_EXTRA = """(SELECT count(*) FROM chosen) AS attempted,
 # -- strategies: fetches in quantity order, windows, the strategy on the selection row -------
 
 # A fetch in quantity order (locks.sql.batches), then the random fetch's later parts as they are.
-FETCH_ORDERED_CHOICE = ORDERED_BATCH + FETCH_CHOICE[FETCH_CHOICE.index("\nseen AS") :]
+FETCH_ORDERED_CHOICE = batches.ORDERED_BATCH + FETCH_CHOICE[FETCH_CHOICE.index("\nseen AS") :]
 
 # A contested wallet's fetch: the batch, walked a token at a time (locks.sql.batches).
 FRESH_CHOICES = {
-    ordered: choice[: choice.index("\nchosen AS")] + FRESH_CHOSEN
+    ordered: choice[: choice.index("\nchosen AS")] + batches.FRESH_CHOSEN
     for ordered, choice in ((False, FETCH_CHOICE), (True, FETCH_ORDERED_CHOICE))
 }
 
@@ -327,12 +319,12 @@ def _compose(variant: LockStatement) -> str:
         gate=GATE if variant.record else "",
         choice=_choice(variant).format(
             **fill,
-            direction=DIRECTIONS.get(variant.order, ""),
-            beyond_batch=SHORT_BATCH
+            direction=batches.DIRECTIONS.get(variant.order, ""),
+            beyond_batch=batches.SHORT_BATCH
             if variant.order == "random"
-            else EVERY_FREE_TOKEN.format(**fill),
+            else batches.EVERY_FREE_TOKEN.format(**fill),
         ),
-        wanted=(FRESH_WANTED if variant.fresh else WANTED).format(**fill),
+        wanted=(batches.FRESH_WANTED if variant.fresh else WANTED).format(**fill),
         granted=GRANTED,
         recorded=RECORDED.format(**(RECORDED_STRATEGY if variant.strategy else RECORDED_DEFAULT))
         if variant.record
