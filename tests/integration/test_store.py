@@ -10,6 +10,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 from django.utils import timezone
+from psycopg.rows import dict_row
 
 from locks.models import TokenLock
 from locks.sql import locking
@@ -214,11 +215,11 @@ END $$
 """
 
 
-def gated_fetch(db_url, statement: str, locked_meanwhile: int, need: int = 10) -> tuple:
+def gated_fetch(db_url, statement: str, locked_meanwhile: int, need: int = 10) -> dict:
     """Run ``statement`` for ``need`` of alice's USD, paused after its snapshot was taken.
 
     While it waits, another replica locks ``locked_meanwhile`` with the real TRY_LOCK statement
-    and commits; then the fetch goes on and its row is returned.
+    and commits; then the fetch goes on and its row is returned, by column name.
     """
     admin, replica, other, observer = (_connect(db_url) for _ in range(4))
     try:
@@ -227,6 +228,7 @@ def gated_fetch(db_url, statement: str, locked_meanwhile: int, need: int = 10) -
         admin.execute("SELECT pg_advisory_xact_lock(4242)")  # close the gate
         # Only the replica resolves random() to the gated stand-in.
         replica.execute("SET search_path = public, pg_catalog")
+        replica.row_factory = dict_row  # rows by column name
         result: dict[str, object] = {}
 
         def run_fetch() -> None:
@@ -282,9 +284,9 @@ def test_a_contested_fetch_passes_over_a_lock_committed_after_its_snapshot(db_ur
     """
     lost, free = make_token(quantity=10), make_token(quantity=10)
     row = gated_fetch(db_url, FRESH_FETCH, lost.pk, need=20)
-    granted_ids, attempted, spare_ids = row[1], row[4], row[8]
-    assert (granted_ids, attempted) == ([free.pk], 1)
-    assert spare_ids is None  # the token passed over is taken: not offered back to the cache
+    assert (row["granted_ids"], row["attempted"]) == ([free.pk], 1)
+    # The token passed over is taken: not offered back to the cache.
+    assert row["spare_ids"] is None
     locks = {lock.token_id: lock.spender_tx_id for lock in TokenLock.objects.all()}
     assert locks == {lost.pk: "tx-other", free.pk: "tx-replica"}
 
@@ -298,8 +300,7 @@ def test_lock_committed_after_the_candidate_snapshot_is_reported_not_locked(db_u
     """
     token = make_token(quantity=10)
     row = gated_fetch(db_url, FETCH, token.pk)
-    _fence, granted_ids, _quantities, _expires, attempted, *_ = row
-    assert (granted_ids, attempted) == (None, 1)  # chosen, then lost to the other
+    assert (row["granted_ids"], row["attempted"]) == (None, 1)  # chosen, then lost to the other
     lock = TokenLock.objects.get(pk=token.pk)
     assert (lock.spender_tx_id, lock.fence) == ("tx-other", 1)
 
