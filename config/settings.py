@@ -201,6 +201,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: API-key calls under /api/v1/ take API_KEY_MIDDLEWARE instead of what follows.
+    "config.middleware.ApiKeyRequests",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -210,6 +212,14 @@ MIDDLEWARE = [
     "config.middleware.LazyMessageMiddleware",  # Django's, storage built on first use
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, so that it sees exceptions of every view first.
+    "config.middleware.DatabaseUnavailableMiddleware",
+]
+
+# What an API-key call under /api/v1/ goes through (config.middleware.ApiKeyRequests): the
+# security headers, Django's URL checks and the database-outage answer; nothing of browsers'.
+API_KEY_MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.middleware.common.CommonMiddleware",
     "config.middleware.DatabaseUnavailableMiddleware",
 ]
 
