@@ -38,6 +38,8 @@ class Knobs:
     # Rows per candidate fetch once this replica's cache of the wallet is warm, and before.
     fetch_limit: int = 64
     cold_fetch_limit: int = 16
+    # ... and once this replica has locked many of its queued tokens in a row, unrefused.
+    calm_fetch_limit: int = 256
     # Lease grants and releases commit asynchronously unless this is on (spends always commit
     # synchronously): a database crash may then forget the last moments of grants, which their
     # holders see as lease_lost. See common.sql.ASYNC_COMMIT.
@@ -87,6 +89,7 @@ class Knobs:
             ("max_retries", self.max_retries >= 0, "must not be negative"),
             ("fetch_limit", self.fetch_limit >= 1, "must be at least 1"),
             ("cold_fetch_limit", self.cold_fetch_limit >= 1, "must be at least 1"),
+            ("calm_fetch_limit", self.calm_fetch_limit >= 1, "must be at least 1"),
             (
                 "prepare_threshold",
                 self.prepare_threshold is None or self.prepare_threshold >= 0,

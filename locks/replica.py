@@ -35,6 +35,7 @@ def selector_config(options: Knobs | None = None, listening: bool = False) -> Se
         max_retries=o.max_retries,
         fetch_limit=o.fetch_limit,
         cold_fetch_limit=o.cold_fetch_limit,
+        calm_fetch_limit=o.calm_fetch_limit,
         cache_ttl=o.cache_ttl_listening if listening else o.cache_ttl,
         backoff=BackoffPolicy(
             attempts=o.backoff_attempts, min_delay=o.backoff_min, max_delay=o.backoff_max

@@ -39,6 +39,9 @@ class _Contest:
 CONTEST_WEIGHT = 0.3
 CONTESTED = 0.5
 CONTEST_SECONDS = 1.0
+# Queued tokens locked in a row, with no refusal and no lost fetch between them, after which a
+# wallet is calm: this replica has it to itself (``calm``).
+CALM_AFTER = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,8 @@ class TokenCache:
         self._held: dict[int, _Hold] = {}
         self._prune_held_at = 1024
         self._contests: OrderedDict[WalletKey, _Contest] = OrderedDict()
+        # Queued tokens of each wallet/currency locked in a row since its latest refusal.
+        self._streaks: OrderedDict[WalletKey, int] = OrderedDict()
 
     def put(self, key: WalletKey, candidates: Iterable[Candidate]) -> None:
         """Fill the queue of `key` with freshly fetched candidates and restamp it.
@@ -162,6 +167,7 @@ class TokenCache:
         if offered <= 0:
             return
         with self._lock:
+            self._streak(key, 0 if refused else self._streaks.get(key, 0) + offered)
             now = self._clock()
             contest = self._contests.get(key)
             if contest is None:
@@ -180,6 +186,24 @@ class TokenCache:
                     self._remove(key)
                 if contest.missed >= CONTESTED:
                     contest.until = now + min(self.ttl, CONTEST_SECONDS)
+
+    def lost(self, key: WalletKey, conflicts: int) -> None:
+        """Record that a fetch of `key` lost `conflicts` rows it tried to lock: if any, not calm."""
+        if conflicts <= 0:
+            return
+        with self._lock:
+            if key in self._streaks:
+                self._streak(key, 0)
+
+    def calm(self, key: WalletKey) -> bool:
+        """Tell whether the latest CALM_AFTER queued tokens of `key` were all locked.
+
+        No other replica took one first, nor a row one of this replica's fetches tried: a
+        replica alone on a wallet, where a queue does not go stale and a longer one saves
+        fetches.
+        """
+        with self._lock:
+            return self._streaks.get(key, 0) >= CALM_AFTER
 
     def contested(self, key: WalletKey) -> bool:
         """Tell whether `key` is served by fetches alone for now (see the class)."""
@@ -261,6 +285,12 @@ class TokenCache:
         """Tell whether this replica still holds a lock on `token_id`."""
         with self._lock:
             return self._is_held(token_id, self._clock())
+
+    def _streak(self, key: WalletKey, length: int) -> None:
+        self._streaks[key] = length
+        self._streaks.move_to_end(key)
+        while len(self._streaks) > self.max_wallets:
+            self._streaks.popitem(last=False)
 
     def _contested(self, key: WalletKey, now: float) -> bool:
         contest = self._contests.get(key)

@@ -59,6 +59,10 @@ class SelectorConfig:
     cold_fetch_limit: rows read per fetch for a wallet/currency this replica has not
         selected from recently. Its leftovers would most likely expire unused, so the fetch
         reads little more than a selection needs.
+    calm_fetch_limit: rows read per fetch for a warm wallet/currency whose queued tokens
+        this replica has locked many times in a row without a refusal (``TokenCache.calm``):
+        no other replica is taking its tokens, so a longer queue does not go stale and saves
+        fetches. The first refusal or lost fetch row brings it back to `fetch_limit`.
     refetch_delay: (min, max) seconds of jittered sleep before a refetch without progress,
         giving the competitor time to commit or release instead of hammering the store.
     cache_ttl: seconds a cached candidate list stays usable, and how long this replica
@@ -73,6 +77,7 @@ class SelectorConfig:
     max_retries: int = 5
     fetch_limit: int = 64
     cold_fetch_limit: int = 16
+    calm_fetch_limit: int = 256
     refetch_delay: tuple[float, float] = (0.001, 0.010)
     cache_ttl: float = 1.0
     cache_max_wallets: int = 10_000
@@ -81,7 +86,7 @@ class SelectorConfig:
     def __post_init__(self) -> None:
         if type(self.max_retries) is not int or self.max_retries < 0:
             raise ValueError(f"max_retries must be a non-negative int, got {self.max_retries!r}")
-        for name in ("fetch_limit", "cold_fetch_limit"):
+        for name in ("fetch_limit", "cold_fetch_limit", "calm_fetch_limit"):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")

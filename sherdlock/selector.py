@@ -223,9 +223,8 @@ class Selector:
         store, config, stats = self._store, self._config, rnd.stats
         cache = self._cache_for(rnd.strategy.order)
         # Fetches in a row that locked nothing before the round gives up. An impatient round
-        # refetches at once, without sleeping: a fetch whose picks were all taken by
-        # concurrent statements says nothing about what is free now, and only a fetch that
-        # finds the free tokens short (shortfall) tells that others hold what is needed.
+        # refetches at once: picks all taken by concurrent statements say nothing about what is
+        # free now; only a shortfall tells that others hold what is needed.
         allowed_stalls = config.max_retries
         fetches = total_before_fetch = 0
         stalled = 0  # consecutive refetches with nothing locked since the previous fetch
@@ -263,13 +262,14 @@ class Selector:
             # fetch takes each as of the moment it locks it, as on a contested wallet.
             contested = largest_first or cache.contested(rnd.key)
             claim = rnd.claim(contested, largest_first)
-            result = store.fetch_and_lock(claim, self._fetch_limit(rnd.key))
+            result = store.fetch_and_lock(claim, self._fetch_limit(rnd.key, cache))
             rnd.pending = []
             fetches += 1
             stats.fetches += 1
             # The prefix a fetch tried to lock counts as attempts, like a try_lock batch.
             stats.lock_attempts += len(result.granted) + result.conflicts
             stats.lock_conflicts += result.conflicts
+            cache.lost(rnd.key, result.conflicts)
             rnd.adopt(result.fence, result.record)
             self._accept(rnd, result.granted, result.expires_at, None)
             if result.short_batch:
@@ -309,14 +309,13 @@ class Selector:
         spare = [c for c in spare if c.token_id not in rnd.ids]
         # Stores already permute rows; shuffling again keeps replicas apart even if one
         # does not. An ordered queue is replaced, not extended: appending would break its order.
-        order = rnd.strategy.order
-        spare = arrange(spare, order, self._rng)
+        spare = arrange(spare, order := rnd.strategy.order, self._rng)
         if order != ORDER_RANDOM:
             self._cache_for(order).invalidate(rnd.key)
         self._cache_for(order).put(rnd.key, spare)
 
-    def _fetch_limit(self, key: WalletKey) -> int:
-        """Return how many rows to fetch for `key`: a full batch only where demand repeats."""
+    def _fetch_limit(self, key: WalletKey, cache: TokenCache) -> int:
+        """Return how many rows to fetch for `key`: more where demand repeats, most where calm."""
         config = self._config
         now = self._clock()
         with self._fetched_lock:
@@ -325,7 +324,8 @@ class Selector:
             if len(self._fetched) > config.cache_max_wallets:
                 self._fetched.popitem(last=False)
         warm = last is not None and now - last < self._cache.ttl
-        return config.fetch_limit if warm else min(config.cold_fetch_limit, config.fetch_limit)
+        limit = config.fetch_limit if warm else min(config.cold_fetch_limit, config.fetch_limit)
+        return max(limit, config.calm_fetch_limit) if warm and cache.calm(key) else limit
 
     def _accept(
         self,

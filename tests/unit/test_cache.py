@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from sherdlock import Candidate, TokenCache, WalletKey
+from sherdlock.cache import CALM_AFTER
 
 USD = WalletKey("alice", "USD")
 EUR = WalletKey("alice", "EUR")
@@ -311,3 +312,30 @@ def test_each_token_tried_counts_so_a_mostly_refused_batch_is_enough(cache):
     assert not cache.contested(USD)
     cache.tried(EUR, offered=10, refused=7)
     assert cache.contested(EUR)
+
+
+def test_a_wallet_is_calm_after_calm_after_queued_tokens_locked_in_a_row(cache):
+    cache.tried(USD, offered=CALM_AFTER - 1, refused=0)
+    assert not cache.calm(USD)
+    cache.tried(USD, offered=1, refused=0)
+    assert cache.calm(USD)
+    assert not cache.calm(EUR)
+
+
+def test_a_refusal_or_a_lost_fetch_row_ends_the_calm(cache):
+    cache.tried(USD, offered=CALM_AFTER, refused=0)
+    cache.tried(USD, offered=5, refused=1)
+    assert not cache.calm(USD)
+    cache.tried(USD, offered=CALM_AFTER, refused=0)
+    cache.lost(USD, conflicts=0)
+    assert cache.calm(USD)
+    cache.lost(USD, conflicts=1)
+    assert not cache.calm(USD)
+
+
+def test_calm_streaks_are_kept_for_at_most_max_wallets(cache):
+    keys = [WalletKey(f"w{i}", "USD") for i in range(5)]
+    for key in keys:
+        cache.tried(key, offered=CALM_AFTER, refused=0)
+
+    assert [cache.calm(key) for key in keys] == [False, False, True, True, True]

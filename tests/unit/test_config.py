@@ -51,6 +51,7 @@ def test_backoff_rejects_bad_values(kwargs):
     [
         {"max_retries": -1},
         {"fetch_limit": 0},
+        {"calm_fetch_limit": 0},
         {"refetch_delay": (0.01, 0.001)},
         {"refetch_delay": [0.001, 0.01]},
         {"cache_ttl": 0},

@@ -15,6 +15,7 @@ from sherdlock import (
     InsufficientFunds,
     InvalidRequest,
 )
+from sherdlock.cache import CALM_AFTER
 from tests.unit.selector_helpers import (
     SpyStore,
     assert_owns,
@@ -350,3 +351,38 @@ def test_a_short_random_batch_is_followed_by_the_largest_tokens(store, clock, sl
     # Only the last fetch's spare (the token of 1 after the last 50) is queued: not what the
     # short batch saw, which the cache would have offered before the large tokens.
     assert [c.quantity for c in selector.cache.peek(key)] == [1]
+
+
+class LimitSpy(SpyStore):
+    """Record the row limit of every fetch."""
+
+    def __init__(self, inner: InMemoryStore) -> None:
+        super().__init__(inner)
+        self.limits: list[int] = []
+
+    def fetch_and_lock(self, claim: Claim, limit: int) -> FetchResult:
+        self.limits.append(limit)
+        return self.inner.fetch_and_lock(claim, limit)
+
+
+def test_a_wallet_this_replica_has_to_itself_gets_longer_fetches(store, clock, sleeper, key):
+    issue(store, key, [1] * 400)
+    spy = LimitSpy(store)
+    selector = make_selector(
+        spy, clock, sleeper, fetch_limit=8, cold_fetch_limit=4, calm_fetch_limit=32
+    )
+    # Alone on the wallet, every queued token is granted: calm once CALM_AFTER of them were.
+    n = 0
+    while len(spy.submitted) < CALM_AFTER:
+        assert set(spy.limits) <= {4, 8}  # not calm yet: cold, then warm fetches
+        selector.select(f"tx-{n}", key.wallet, key.currency, 2)
+        n += 1
+    while len(selector.cache.peek(key)) < 2 or spy.limits[-1] != 32:
+        selector.select(f"tx-{n}", key.wallet, key.currency, 2)
+        n += 1
+    assert spy.limits[0] == 4 and spy.limits.count(32) == 1
+
+    # Another replica takes the queued tokens: the first refusal ends the calm.
+    hold(store, "other", 7, key, *[c.token_id for c in selector.cache.peek(key)])
+    selector.select("tx-after", key.wallet, key.currency, 2)
+    assert spy.limits[-1] == 8

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,12 +28,20 @@ SETTINGS = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 
+
+@pytest.fixture(autouse=True)
+def calm_soon(monkeypatch):
+    """Let a replica turn calm (longer fetches) within the few tokens an example has."""
+    monkeypatch.setattr("sherdlock.cache.CALM_AFTER", 3)
+
+
 quantities_st = st.lists(st.integers(1, 40), max_size=14)
 config_st = st.builds(
     SelectorConfig,
     max_retries=st.integers(0, 2),
     fetch_limit=st.integers(1, 6),
     cold_fetch_limit=st.integers(1, 6),
+    calm_fetch_limit=st.integers(1, 12),
     cache_ttl=st.sampled_from([0.5, 1.0, 5.0]),
     backoff=st.builds(BackoffPolicy, attempts=st.integers(0, 2)),
 )
