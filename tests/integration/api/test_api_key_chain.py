@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import RequestFactory
-from rest_framework.test import APIClient
 
 from config.middleware import carries_api_key
 from tests.helpers.api import issue, select, token
@@ -50,17 +49,15 @@ def test_a_bad_key_is_refused_on_the_short_chain(client_for):
     assert "X-Frame-Options" not in response
 
 
-def test_a_key_decides_even_beside_a_staff_session(client_for):
-    user = get_user_model().objects.create_superuser("root", password="pw")
+def test_a_key_decides_even_beside_a_staff_session(client_for, admin_user):
     client = client_for("nope.nope")
-    client.force_login(user)
+    client.force_login(admin_user)
     assert client.get("/api/v1/selections/").status_code == 401  # no fallback to the session
 
 
 def test_staff_sessions_and_pages_keep_the_whole_chain(client_for):
-    user = get_user_model().objects.create_superuser("root", password="pw")
-    staff = APIClient()
-    staff.force_login(user)
+    staff = client_for(None)
+    staff.force_login(get_user_model().objects.create_superuser("root", password="pw"))
     response = staff.get("/api/v1/selections/")
     assert response.status_code == 200
     assert response["X-Frame-Options"] == "DENY"
