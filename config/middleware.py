@@ -54,7 +54,7 @@ class ApiKeyRequests:
 
     A backend calling the API with its key has no use for what serves browsers: static files,
     sessions, CSRF cookies, ``request.user`` from a session, messages, frame options. Their
-    layers took about a tenth of a selection cycle's server time. Everything else (the admin,
+    layers took about a twentieth of a selection cycle's server CPU. Everything else (the admin,
     staff sessions reading the API, the docs, probes) goes through the whole ``MIDDLEWARE``.
     The short chain ends in a handler of its own, so its view and exception hooks are its own
     middleware's (Django keeps them per handler).
