@@ -114,6 +114,16 @@ def sums(tokens, *fields: str) -> dict:
     return {key(r): r["s"] for r in tokens.order_by().values(*fields).annotate(s=Sum("quantity"))}
 
 
+# Each contention test runs briefly by default and at length with ``-m slow``.
+SHORT_AND_LONG = pytest.mark.parametrize(
+    "replicas,selections",
+    [
+        pytest.param(8, 12, id="short"),
+        pytest.param(12, 80, id="long", marks=pytest.mark.slow),
+    ],
+)
+
+
 def outcomes(records: list[dict]) -> dict[str, int]:
     counts: dict[str, int] = defaultdict(int)
     for record in records:
@@ -121,13 +131,7 @@ def outcomes(records: list[dict]) -> dict[str, int]:
     return dict(counts)
 
 
-@pytest.mark.parametrize(
-    "replicas,selections",
-    [
-        pytest.param(8, 12, id="short"),
-        pytest.param(12, 80, id="long", marks=pytest.mark.slow),
-    ],
-)
+@SHORT_AND_LONG
 def test_hot_wallet(tmp_path, subprocess_env, replicas, selections):
     make_tokens(200, wallet="hot", quantity=10)
     records = run_replicas(
@@ -149,13 +153,7 @@ def test_hot_wallet(tmp_path, subprocess_env, replicas, selections):
     assert_books_balance(records, Decimal(2000))
 
 
-@pytest.mark.parametrize(
-    "replicas,selections",
-    [
-        pytest.param(8, 12, id="short"),
-        pytest.param(12, 80, id="long", marks=pytest.mark.slow),
-    ],
-)
+@SHORT_AND_LONG
 def test_many_wallets(tmp_path, subprocess_env, replicas, selections):
     wallets = [f"w{i}" for i in range(20)]
     for wallet in wallets:
@@ -176,13 +174,7 @@ def test_many_wallets(tmp_path, subprocess_env, replicas, selections):
     assert_books_balance(records, Decimal(20 * 20 * 5))
 
 
-@pytest.mark.parametrize(
-    "replicas,selections",
-    [
-        pytest.param(8, 12, id="short"),
-        pytest.param(12, 80, id="long", marks=pytest.mark.slow),
-    ],
-)
+@SHORT_AND_LONG
 def test_hot_tokens(tmp_path, subprocess_env, replicas, selections):
     """Requests that a batch of small tokens cannot cover: short batches, then largest first.
 
@@ -272,13 +264,7 @@ def assert_rows_hold_what_was_returned(records: list[dict]) -> None:
                 assert len(mine) <= 6
 
 
-@pytest.mark.parametrize(
-    "replicas,selections",
-    [
-        pytest.param(8, 12, id="short"),
-        pytest.param(12, 80, id="long", marks=pytest.mark.slow),
-    ],
-)
+@SHORT_AND_LONG
 def test_a_mix_of_strategies_on_shared_wallets(tmp_path, subprocess_env, replicas, selections):
     """Every strategy at once on the same wallets: each holds only what it returns."""
     wallets = ["m0", "m1", "m2"]
@@ -293,13 +279,7 @@ def test_a_mix_of_strategies_on_shared_wallets(tmp_path, subprocess_env, replica
     assert_rows_hold_what_was_returned(records)
 
 
-@pytest.mark.parametrize(
-    "replicas,selections",
-    [
-        pytest.param(8, 12, id="short"),
-        pytest.param(12, 80, id="long", marks=pytest.mark.slow),
-    ],
-)
+@SHORT_AND_LONG
 def test_multi_currency_legs_among_a_mix_of_strategies(
     tmp_path, subprocess_env, replicas, selections
 ):
