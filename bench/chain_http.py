@@ -179,7 +179,7 @@ def run(args, say) -> dict:
         "wait": args.chain_wait,
     }
     args.out.mkdir(parents=True, exist_ok=True)  # the chain may be the only section measured
-    with (args.out / "gunicorn-chain.log").open("w") as log:
+    with (args.out / "web-chain.log").open("w") as log:
         for mode in ("sequential", "concurrent"):
             database.reset()  # keeps the API key: the reset empties only the selection tables
             strategies.deploy(HTTP)

@@ -342,7 +342,7 @@ def run_all(args, harness, make_workload, say) -> tuple[list[dict], str | None]:
         return [], note
     key = api_key()
     pairs = []
-    log_path = args.out / "gunicorn.log"
+    log_path = args.out / "web.log"
     args.out.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log:
         for name in args.http_workloads:

@@ -1,4 +1,4 @@
-"""WSGI entry point (gunicorn config.wsgi)."""
+"""WSGI entry point (``granian --interface wsgi config.wsgi:application``)."""
 
 import os
 

@@ -1,4 +1,4 @@
-"""Real servers for end-to-end tests: gunicorn serving the project on a free port."""
+"""Real servers for end-to-end tests: the web server serving the project on a free port."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from config.serve import web_command
 from tests.e2e.test_serve import free_port, wait_for
 from tests.helpers.processes import ROOT
 
 
 @dataclass
-class Gunicorn:
-    """A running gunicorn: its base URL, master process and log file."""
+class WebServer:
+    """A running web server: its base URL, main process (its workers' parent) and log file."""
 
     base: str
     process: subprocess.Popen
@@ -28,28 +29,15 @@ class Gunicorn:
 
 
 @contextlib.contextmanager
-def gunicorn(
+def web_server(
     env: dict[str, str], log: Path, workers: int = 2, args: tuple[str, ...] = ()
-) -> Iterator[Gunicorn]:
-    """Serve the project with gunicorn (configured as ``make run`` does); stop it afterwards."""
+) -> Iterator[WebServer]:
+    """Serve the project as ``make run`` does (``config.serve.web_command``); stop it afterwards."""
     port = free_port()
+    env = {**env, "WEB_CONCURRENCY": str(workers)}
     with log.open("w+") as out:
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "config.wsgi:application",
-                "-c",
-                str(ROOT / "config" / "gunicorn.py"),
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                str(workers),
-                "--graceful-timeout",
-                "5",
-                *args,
-            ],
+            [*web_command(sys.executable, "127.0.0.1", port, env), *args],
             cwd=ROOT,
             env=env,
             stdout=out,
@@ -61,7 +49,7 @@ def gunicorn(
                 assert wait_for(f"{base}/healthz", timeout=60) == 200
             except OSError:
                 pytest.fail(log.read_text()[-3000:])
-            yield Gunicorn(base, process, log)
+            yield WebServer(base, process, log)
         finally:
             process.terminate()
             try:

@@ -177,7 +177,7 @@ def test_the_http_points_pair_the_server_with_the_library(run):
         assert_sound(pair["http"], f"{workload} http")
         assert pair["http"]["server_errors"] == 0
         assert pair["http"]["rate_limited"] >= 0
-        # /metrics sums every gunicorn worker's files: at least the measured successes.
+        # /metrics sums every web worker's files: at least the measured successes.
         assert pair["http"]["metrics"]["success"] >= pair["http"]["selections"]
         assert pair["ratios"]["selections_per_s"] > 0
         # What the web stack allows (two GET /healthz per cycle), measured on the same server.

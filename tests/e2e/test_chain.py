@@ -18,7 +18,7 @@ from decimal import Decimal
 import pytest
 from django.db.models import Sum
 
-from tests.e2e.servers import gunicorn
+from tests.e2e.servers import web_server
 from tests.e2e.test_contention import (
     assert_books_balance,
     assert_never_held_twice,
@@ -82,7 +82,7 @@ def test_http_clients_waiting_their_turn_complete_the_chain(subprocess_env, tmp_
     make_token(wallet="payer", quantity=100)
     _, key = ApiKey.objects.create_key(name="chain", wallets=["payer", "shop"], can_select=True)
     results: list[tuple[int, str, dict]] = []
-    with gunicorn(subprocess_env, tmp_path / "gunicorn.log", workers=2) as server:
+    with web_server(subprocess_env, tmp_path / "web.log", workers=2) as server:
         base = server.base
 
         def post(path: str, body: dict, **headers: str) -> tuple[int, dict, dict]:
@@ -98,9 +98,9 @@ def test_http_clients_waiting_their_turn_complete_the_chain(subprocess_env, tmp_
             )
             try:
                 with urllib.request.urlopen(request, timeout=120) as response:
-                    return response.status, dict(response.headers), json.loads(response.read())
+                    return response.status, lowered(response.headers), json.loads(response.read())
             except urllib.error.HTTPError as error:
-                return error.code, dict(error.headers), json.loads(error.read())
+                return error.code, lowered(error.headers), json.loads(error.read())
 
         def pay(n: int) -> None:
             tx_id = f"pay-{n}"
@@ -124,7 +124,7 @@ def test_http_clients_waiting_their_turn_complete_the_chain(subprocess_env, tmp_
                         {"index": 1, "wallet": "payer", "currency": "USD", "quantity": str(change)}
                     )
                 status, _, body = post(f"{tx_id}/spend/", {"outputs": outputs})
-            results.append((status, headers.get("Preference-Applied", ""), body))
+            results.append((status, headers.get("preference-applied", ""), body))
 
         threads = [threading.Thread(target=pay, args=(n,)) for n in range(payments)]
         for thread in threads:
@@ -135,3 +135,8 @@ def test_http_clients_waiting_their_turn_complete_the_chain(subprocess_env, tmp_
     assert "wait=60" in {applied for _, applied, _ in results}
     assert Token.objects.unspent().filter(wallet="shop").count() == payments
     assert Token.objects.unspent().get(wallet="payer").quantity == 100 - payments
+
+
+def lowered(headers) -> dict[str, str]:
+    """Index an answer's header fields by lower-cased name (field names are case-insensitive)."""
+    return {name.lower(): value for name, value in headers.items()}

@@ -1,6 +1,6 @@
-"""Faults under load: SIGKILLed gunicorn workers and clients, PostgreSQL restarted mid-load.
+"""Faults under load: SIGKILLed web server workers and clients, PostgreSQL restarted mid-load.
 
-gunicorn and several load processes (tests/workers/load_client.py) run against a throwaway
+The web server and several load processes (tests/workers/load_client.py) run against a throwaway
 PostgreSQL. Whatever is killed or restarted: value is conserved, no token is spent twice, no
 two selections hold a token at once, no lock outlives its lease, the only 5xx is 503
 database_unavailable while the database is down, and once it answers again every request
@@ -30,7 +30,7 @@ from tests.e2e.faults import (
     unexpected,
     wait_for_no_live_locks,
 )
-from tests.e2e.servers import gunicorn
+from tests.e2e.servers import web_server
 from tests.helpers.processes import child_env
 
 LEASE = 3.0
@@ -45,7 +45,7 @@ def database() -> Iterator[Database]:
 
 
 class Run:
-    """gunicorn on the throwaway database, its wallets and key, and the load processes."""
+    """The web server on the throwaway database, its wallets and key, and the load processes."""
 
     def __init__(self, db: Database, tmp_path, name: str, wallets: int) -> None:
         self.db, self.tmp, self.name = db, tmp_path, name
@@ -118,7 +118,7 @@ def wait_for_first_selection(path, timeout: float = 30.0) -> None:
 def test_killed_workers_and_clients_lose_nothing(database, tmp_path, duration, kills):
     run = Run(database, tmp_path, f"kill{duration}", wallets=2)
     supply = run.supply()
-    with gunicorn(run.env, tmp_path / "gunicorn.log", workers=2) as server:
+    with web_server(run.env, tmp_path / "web.log", workers=2) as server:
         run.start_clients(server.base, count=4, duration=duration)
         # One client is killed right after a selection: its locks must expire with the lease.
         wait_for_first_selection(run.outs[0])
@@ -157,7 +157,7 @@ def test_database_restarts_lose_nothing_and_recover(database, tmp_path, modes, d
     run = Run(database, tmp_path, f"restart{duration}", wallets=2)
     supply = run.supply()
     recoveries = []
-    with gunicorn(run.env, tmp_path / "gunicorn.log", workers=2) as server:
+    with web_server(run.env, tmp_path / "web.log", workers=2) as server:
         run.start_clients(server.base, count=4, duration=duration)
         restarts = []  # (mode, when the restart began, when the database answered again)
         for mode in modes:

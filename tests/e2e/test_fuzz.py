@@ -1,4 +1,4 @@
-"""Schema-driven fuzzing: requests generated from the OpenAPI schema, sent to a real gunicorn.
+"""Schema-driven fuzzing: requests generated from the OpenAPI schema, sent to the real web server.
 
 schemathesis tests every operation with the schema's boundary values (its coverage phase) and
 with random cases, both valid (positive) and invalid (negative). A test fails on any 5xx, on a
@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import ignored_auth, positive_data_acceptance
 
-from tests.e2e.servers import Gunicorn, gunicorn
+from tests.e2e.servers import WebServer, web_server
 from tests.helpers.processes import child_env, database_url
 
 # Declares that the tests need the test database (each runs in a transaction of its own that
@@ -59,7 +59,7 @@ THOROUGH = settings(QUICK, max_examples=300)
 
 @dataclass
 class Target:
-    server: Gunicorn
+    server: WebServer
     key: str
     session: requests.Session
 
@@ -95,7 +95,7 @@ def seed() -> str:
 
 @pytest.fixture(scope="module")
 def target(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Target]:
-    """gunicorn on the test database, seeded; the database is emptied afterwards."""
+    """The web server on the test database, seeded; the database is emptied afterwards."""
     from django.core.management import call_command
     from django.db import connection
 
@@ -107,9 +107,9 @@ def target(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Tar
     replica.reset()
     # Rate limits would answer 429 to most selections: the point is the API, not the limiter.
     env.update(SHERDLOCK_RATE_SELECTIONS_PER_KEY="off", SHERDLOCK_RATE_SELECTIONS_PER_WALLET="off")
-    log = tmp_path_factory.mktemp("fuzz") / "gunicorn.log"
+    log = tmp_path_factory.mktemp("fuzz") / "web.log"
     try:
-        with gunicorn(env, log) as server, requests.Session() as session:
+        with web_server(env, log) as server, requests.Session() as session:
             assert session.get(f"{server.base}/api/schema/?format=json").json() == openapi()
             yield Target(server, key, session)
         text = log.read_text(errors="replace")

@@ -1,4 +1,4 @@
-"""The API through real HTTP: gunicorn serving the test database, driven with urllib."""
+"""The API through real HTTP: web server serving the test database, driven with urllib."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.servers import gunicorn
+from tests.e2e.servers import web_server
 from tests.e2e.test_serve import wait_for
 
 
@@ -36,14 +36,14 @@ class Http:
 
 @pytest.fixture(params=["direct", "pgbouncer"])
 def server(request, subprocess_env, tmp_path) -> Iterator[str]:
-    """Serve the project with gunicorn (two workers) on a free port; stop it afterwards.
+    """Serve the project with web server (two workers) on a free port; stop it afterwards.
 
     Once on the test database directly, once through PgBouncer pooling transactions.
     """
     env = (
         request.getfixturevalue("pooled_env") if request.param == "pgbouncer" else (subprocess_env)
     )
-    with gunicorn(env, tmp_path / "gunicorn.log") as served:
+    with web_server(env, tmp_path / "web.log") as served:
         yield served.base
 
 

@@ -1,4 +1,4 @@
-"""Soak: gunicorn under steady load, as ``make bench`` drives its HTTP path, must not grow.
+"""Soak: web server under steady load, as ``make bench`` drives its HTTP path, must not grow.
 
 Two workers, two load processes selecting then spending or releasing
 (tests/workers/load_client.py) on the test database. Each worker's resident memory is sampled
@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from tests.e2e.faults import SUCCESS, read_records, start_load, unexpected
-from tests.e2e.servers import gunicorn
+from tests.e2e.servers import web_server
 
 WALLETS = ["soak-a", "soak-b"]
 MAX_GROWTH = 0.10
@@ -50,7 +50,7 @@ def test_workers_do_not_grow_under_steady_load(subprocess_env, tmp_path, warm_up
         "SHERDLOCK_RATE_SELECTIONS_PER_WALLET": "off",
     }
     outs = [tmp_path / f"client{n}.jsonl" for n in range(2)]
-    with gunicorn(env, tmp_path / "gunicorn.log", workers=2) as server:
+    with web_server(env, tmp_path / "web.log", workers=2) as server:
         clients = [
             start_load(
                 server.base, key, out, f"soak{n}", WALLETS, warm_up + measured + 2, seed_value=n
