@@ -124,8 +124,8 @@ def test_add_with_a_limit_stops_at_that_many_queued(cache):
 
 
 def test_empty_put_does_not_evict(cache):
-    for key in (USD, EUR, WalletKey("bob", "USD")):
-        cache.put(key, cands((hash(key) % 1000, 1)))
+    for token_id, key in enumerate((USD, EUR, WalletKey("bob", "USD")), start=1):
+        cache.put(key, cands((token_id, 1)))
     cache.put(WalletKey("carol", "USD"), [])
     assert len(cache) == 3 and cache.peek(USD)
 
