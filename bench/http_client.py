@@ -37,7 +37,7 @@ class Api:
     ) -> tuple[int, dict, float | None]:
         """POST ``body``; return (status, JSON body, Retry-After seconds or None).
 
-        A kept-alive connection the server closed meanwhile (the server drops idle ones after a
+        A kept-alive connection the server closed meanwhile (gunicorn drops idle ones after a
         few seconds) is reopened and the request sent again: every request of this API may be
         repeated (a transaction id names its selection).
         """

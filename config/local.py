@@ -8,7 +8,7 @@ schedule.
 Importing the settings writes nothing there and starts nothing: they only say where things are
 (the embedded server's socket follows from its data directory, ``config.embedded_db``), and the
 generated secret key is read, or written, when something first uses it. A process that is about
-to serve or connect calls ``prepare`` first: ``manage.py``, ``config.wsgi`` (the web server), the
+to serve or connect calls ``prepare`` first: ``manage.py``, ``config.wsgi`` (gunicorn), the
 Celery app (worker and beat, as they load their task modules), ``config.serve``, the test suite
 (``tests/conftest.py``) and the benchmarks (``bench.database``). Type checkers and tools that
 only import the settings start nothing.

@@ -1,4 +1,4 @@
-"""WSGI entry point (``granian --interface wsgi config.wsgi:application``)."""
+"""WSGI entry point (gunicorn config.wsgi)."""
 
 import os
 

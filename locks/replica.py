@@ -54,7 +54,7 @@ def build_store(options: Knobs | None = None) -> PostgresTokenStore:
 def get_selector() -> Selector:
     """Return this process's selector, creating it (and its listener) on first use.
 
-    Creation is lazy and per process: the web server starts its workers before they serve anything,
+    Creation is lazy and per process: gunicorn forks its workers before they serve anything,
     and each worker gets its own selector and listener; management commands and Celery
     workers that never select start neither.
     """

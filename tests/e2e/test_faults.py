@@ -31,6 +31,7 @@ from tests.e2e.faults import (
     wait_for_no_live_locks,
 )
 from tests.e2e.servers import web_server
+from tests.e2e.test_serve import wait_for
 from tests.helpers.processes import child_env
 
 LEASE = 3.0
@@ -130,6 +131,9 @@ def test_killed_workers_and_clients_lose_nothing(database, tmp_path, duration, k
             if alive:
                 rng.choice(alive).send_signal(signal.SIGKILL)
         run.wait_clients(timeout=duration + 120)
+        # The server replaced every killed worker and still serves: it did not give up.
+        assert server.process.poll() is None, server.log_text()[-3000:]
+        assert wait_for(f"{server.base}/healthz", timeout=30) == 200
         log = server.log_text()
     records = run.records()
     wait_for_no_live_locks(database, LEASE)

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
-from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
 
-from config.metrics_view import forget_dead_workers
 from locks import metrics, replica, services
 from sherdlock import InsufficientFunds, SelectionStats
 from tests.factories import make_tokens
@@ -100,32 +94,12 @@ def test_record_selection_adds_the_work_of_its_stats(client):
 
 
 def test_multiprocess_mode_reads_the_shared_directory(client, monkeypatch, tmp_path):
-    """Under a multi-worker server a scrape must sum every worker's files, not its own registry."""
+    """Under gunicorn a scrape must sum every worker's files, not its own registry."""
     metrics.record_selection(0.01, "success", None)
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     samples = scrape(client)
     # No worker wrote a file in the empty directory, so nothing of this process shows.
     assert not any(name.startswith("sherdlock_selections") for name, _ in samples)
-
-
-def test_a_scrape_forgets_the_live_gauges_of_workers_that_exited(client, monkeypatch, tmp_path):
-    """A replaced worker's live gauges stop counting; its counters and live workers' stay."""
-    exited = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    dead, alive = int(exited.stdout), os.getpid()
-    for pid in (dead, alive):
-        for kind in ("gauge_livesum", "counter"):
-            MmapedDict(str(tmp_path / f"{kind}_{pid}.db")).close()
-    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    scrape(client)
-    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
-        [f"counter_{dead}.db", f"counter_{alive}.db", f"gauge_livesum_{alive}.db"]
-    )
-    assert forget_dead_workers(str(tmp_path)) == []
 
 
 def test_selections_inputs_and_change_are_counted_per_strategy(client):
