@@ -25,10 +25,11 @@ class _Queue:
 
 @dataclass(slots=True)
 class _Contest:
-    """How often queued tokens of one wallet/currency were found taken, lately."""
+    """What this replica saw lately of the competition for one wallet/currency's queued tokens."""
 
     missed: float  # moving average of refusals, per token tried
     until: float = 0.0  # the wallet is served by fetches alone until then
+    streak: int = 0  # queued tokens locked in a row since the latest refusal or lost fetch row
 
 
 # The weight of each token tried in a wallet's moving average of refusals, and the average at
@@ -83,8 +84,6 @@ class TokenCache:
         self._held: dict[int, _Hold] = {}
         self._prune_held_at = 1024
         self._contests: OrderedDict[WalletKey, _Contest] = OrderedDict()
-        # Queued tokens of each wallet/currency locked in a row since its latest refusal.
-        self._streaks: OrderedDict[WalletKey, int] = OrderedDict()
 
     def put(self, key: WalletKey, candidates: Iterable[Candidate]) -> None:
         """Fill the queue of `key` with freshly fetched candidates and restamp it.
@@ -167,12 +166,9 @@ class TokenCache:
         if offered <= 0:
             return
         with self._lock:
-            self._streak(key, 0 if refused else self._streaks.get(key, 0) + offered)
             now = self._clock()
             contest = self._contests.get(key)
             if contest is None:
-                if not refused:
-                    return  # nothing to remember about a wallet whose queue holds
                 contest = self._contests[key] = _Contest(0.0)
                 while len(self._contests) > self.max_wallets:
                     self._contests.popitem(last=False)
@@ -181,6 +177,7 @@ class TokenCache:
             # clear a sign as several batches of one.
             keep = (1 - CONTEST_WEIGHT) ** offered
             contest.missed = contest.missed * keep + (1 - keep) * refused / offered
+            contest.streak = 0 if refused else contest.streak + offered
             if refused:
                 if key in self._queues:
                     self._remove(key)
@@ -192,8 +189,8 @@ class TokenCache:
         if conflicts <= 0:
             return
         with self._lock:
-            if key in self._streaks:
-                self._streak(key, 0)
+            if (contest := self._contests.get(key)) is not None:
+                contest.streak = 0
 
     def calm(self, key: WalletKey) -> bool:
         """Tell whether the latest CALM_AFTER queued tokens of `key` were all locked.
@@ -203,7 +200,8 @@ class TokenCache:
         fetches.
         """
         with self._lock:
-            return self._streaks.get(key, 0) >= CALM_AFTER
+            contest = self._contests.get(key)
+            return contest is not None and contest.streak >= CALM_AFTER
 
     def contested(self, key: WalletKey) -> bool:
         """Tell whether `key` is served by fetches alone for now (see the class)."""
@@ -285,12 +283,6 @@ class TokenCache:
         """Tell whether this replica still holds a lock on `token_id`."""
         with self._lock:
             return self._is_held(token_id, self._clock())
-
-    def _streak(self, key: WalletKey, length: int) -> None:
-        self._streaks[key] = length
-        self._streaks.move_to_end(key)
-        while len(self._streaks) > self.max_wallets:
-            self._streaks.popitem(last=False)
 
     def _contested(self, key: WalletKey, now: float) -> bool:
         contest = self._contests.get(key)
