@@ -107,6 +107,16 @@ class Token(models.Model):
                 condition=Q(spent_at__isnull=True),
                 name="token_unspent_by_wallet",
             ),
+            # Serves fetches in quantity order (the strategies smallest_first and fewest_tokens,
+            # a random selection's largest-first fetch after a short batch, the windows of exact
+            # and consolidate): they walk a few entries from either end instead of reading and
+            # sorting every free token of the wallet. One more entry per token issued or output
+            # by a spend (docs/performance.md, "The strategies' statements").
+            models.Index(
+                fields=["wallet", "currency", "quantity", "id"],
+                condition=Q(spent_at__isnull=True),
+                name="token_unspent_by_amount",
+            ),
             # Serves a wallet's token listing (API cursor pages and admin search) in id order,
             # spent tokens included, which the partial index above leaves out.
             models.Index(fields=["wallet", "id"], name="token_by_wallet"),

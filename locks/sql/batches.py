@@ -10,11 +10,11 @@ from __future__ import annotations
 
 # The batch of a fetch in quantity order (smallest_first: ascending, fewest_tokens: descending),
 # equal quantities in random order, so replicas that read the same tokens do not all try the
-# same one first. Unlike the random fetch's index walk, it reads every free token of the wallet
-# (an index-only scan of token_unspent_by_wallet and a top-N sort): the price of an order by
-# amount without an index on it, which every issue and spend would pay for. `rnd` is the rank in
-# that order, so the random fetch's later parts (seen, reach, chosen) lock the covering prefix
-# in it as they are. The random fetch's own text stays as it is.
+# same one first. It walks token_unspent_by_amount from one end (an incremental sort: only the
+# equal quantities it reaches are shuffled) and stops once the batch is full, so it reads about
+# a batch of tokens however large the wallet. `rnd` is the rank in that order, so the random
+# fetch's later parts (seen, reach, chosen) lock the covering prefix in it as they are. The
+# random fetch's own text stays as it is.
 ORDERED_BATCH = """
 candidates AS MATERIALIZED (
     SELECT id, quantity, row_number() OVER (ORDER BY quantity {direction}, tie) AS rnd

@@ -2,7 +2,8 @@
 
 A generic plan is costed from averages, not from the values of a call. These tests plan the
 locking statements generically on a token table skewed the way real ones are (one issue of
-many tokens under one transaction id) and check that each lookup by key stays a lookup.
+many tokens under one transaction id) and check that each lookup by key stays a lookup, and
+that reads in quantity order walk the amount index instead of sorting a whole wallet.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ CALL = {
     "quantities": [],
     "seconds": 60.0,
     "max_lease": 600.0,
+    "smallest": 64,
+    "largest": 64,
+    "cap": None,
 }
 
 
@@ -144,3 +148,53 @@ def test_lock_rows_are_found_by_key_whatever_the_statistics_say(name):
     ]
     assert reads and all(index != "tokenlock_expires_at" for _, index in reads), reads
     assert all(node in ("Index Scan", "Index Only Scan") for node, _ in reads), reads
+
+
+# Every fetch in quantity order: the strategies' (ascending, descending), a random selection's
+# largest-first fetch after a short batch (descending), each also as a contested wallet's walk,
+# and the window of exact and consolidate.
+ORDERED = {
+    **{
+        f"{order}{'-contested' if fresh else ''}": locking.LOCK_STATEMENTS[
+            locking.LockStatement(True, False, True, order=order, fresh=fresh)
+        ]
+        for order in ("ascending", "descending")
+        for fresh in (False, True)
+    },
+    "window": locking.CANDIDATES,
+}
+
+
+def token_reads(plan: list[dict]) -> list[tuple[str, str | None]]:
+    return [
+        (n["Node Type"], n.get("Index Name"))
+        for n in plan
+        if n.get("Relation Name") == "tokens_token" and n["Node Type"] != "ModifyTable"
+    ]
+
+
+def wallets_of_many_amounts() -> None:
+    for quantity in range(1, 31):
+        make_tokens(100, wallet="alice", quantity=quantity)
+        make_tokens(100, wallet="bob", quantity=quantity)
+
+
+@pytest.mark.parametrize("name", ORDERED)
+def test_fetches_in_quantity_order_walk_the_amount_index(name):
+    # Read through token_unspent_by_wallet (id order), a batch in quantity order had to read
+    # and sort every free token of the wallet: its cost grew with the wallet, not the batch.
+    wallets_of_many_amounts()
+    plan = generic_plan(ORDERED[name])
+    batch = token_reads(plan)[0]  # the batch is the statement's first read of the tokens
+    assert batch[1] == "token_unspent_by_amount", token_reads(plan)
+    # Equal quantities are shuffled by an incremental sort; nothing sorts a whole wallet.
+    by_amount = [n for n in plan if n["Node Type"] == "Sort" and "quantity" in n["Sort Key"][0]]
+    assert not by_amount, by_amount
+
+
+def test_the_random_fetch_keeps_its_walk_from_a_random_point():
+    wallets_of_many_amounts()
+    plan = generic_plan(locking.LOCK_STATEMENTS[locking.LockStatement(True, False, True)])
+    # The amount index must not take over the random fetch's read in id order.
+    reads = token_reads(plan)
+    assert reads and "token_unspent_by_amount" not in {index for _, index in reads}, reads
