@@ -27,11 +27,22 @@ DIRECTIONS = {"ascending": "ASC", "descending": "DESC"}
 
 # What a fetch takes `free` to be when its batch is full and cannot cover the need: the random
 # fetch nothing (NULL: it locks nothing and answers short_batch); a fetch in quantity order, whose
-# batch is the wallet's first tokens in that order, the sum of every free token of the wallet, so
-# that it locks its whole batch when they can cover the need together.
+# batch is the wallet's first tokens in that order, what the wallet's free tokens reach, so that
+# it locks its whole batch when they can cover the need together. Only a shortfall needs their
+# sum (the answer reports it): whether they cover the need is a running sum over the largest
+# ones, walked down token_unspent_by_amount and stopped at the first that covers it; the whole
+# sum is read only when none does.
 SHORT_BATCH = "NULL::numeric"
-EVERY_FREE_TOKEN = """(SELECT coalesce(sum(t.quantity), 0) FROM tokens_token t
-              WHERE {unspent_of_key} AND {free})"""
+FREE_UP_TO_NEED = """coalesce(
+            (SELECT r.reached FROM (
+                SELECT sum(t.quantity) OVER (ORDER BY t.quantity DESC, t.id DESC
+                                             ROWS UNBOUNDED PRECEDING) AS reached
+                FROM tokens_token t
+                WHERE {unspent_of_key} AND {free}
+                ORDER BY t.quantity DESC, t.id DESC) r
+             WHERE r.reached >= %(need)s::numeric LIMIT 1),
+            (SELECT coalesce(sum(t.quantity), 0) FROM tokens_token t
+             WHERE {unspent_of_key} AND {free}))"""
 
 # On a wallet whose selections keep colliding (sherdlock.cache, "contested") the fetch walks its
 # batch in the same random order and takes tokens one at a time through locks_take_token

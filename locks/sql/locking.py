@@ -322,7 +322,7 @@ def _compose(variant: LockStatement) -> str:
             direction=batches.DIRECTIONS.get(variant.order, ""),
             beyond_batch=batches.SHORT_BATCH
             if variant.order == "random"
-            else batches.EVERY_FREE_TOKEN.format(**fill),
+            else batches.FREE_UP_TO_NEED.format(**fill),
         ),
         wanted=(batches.FRESH_WANTED if variant.fresh else WANTED).format(**fill),
         granted=GRANTED,

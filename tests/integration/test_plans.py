@@ -198,3 +198,19 @@ def test_the_random_fetch_keeps_its_walk_from_a_random_point():
     # The amount index must not take over the random fetch's read in id order.
     reads = token_reads(plan)
     assert reads and "token_unspent_by_amount" not in {index for _, index in reads}, reads
+
+
+@pytest.mark.parametrize("name", [name for name in ORDERED if name != "window"])
+def test_a_full_batch_asks_only_the_largest_free_tokens_whether_they_cover_the_need(name):
+    # A batch in quantity order that cannot cover the need is locked whole if the wallet's free
+    # tokens can: a running sum down the amount index, stopped (LIMIT 1) at the first token
+    # that covers it, not the sum of every free token of the wallet.
+    wallets_of_many_amounts()
+    walks = [
+        node
+        for node in generic_plan(ORDERED[name])
+        if node["Node Type"] == "Limit"
+        and [m["Node Type"] for m in nodes(node)][:3] == ["Limit", "Subquery Scan", "WindowAgg"]
+        and any(m.get("Index Name") == "token_unspent_by_amount" for m in nodes(node))
+    ]
+    assert len(walks) == 1, walks

@@ -47,6 +47,22 @@ def test_an_ordered_fetch_reads_the_smallest_first_up_to_its_limit(store, tokens
     assert sorted(c.quantity for c in result.spare) == [3, 3]
 
 
+def test_a_full_batch_that_cannot_cover_is_locked_when_the_wallet_can(store, tokens):
+    # The three smallest (1, 1, 3) cannot make 30; the largest free tokens can (20 + 7 + 3).
+    result = store.fetch_and_lock(Claim("tx", KEY, 30, 1, order="ascending"), 3)
+    assert sorted(c.quantity for c in result.granted) == [1, 1, 3]
+    assert result.shortfall is None
+
+
+def test_a_full_batch_short_of_what_the_wallet_has_free_reports_the_shortfall(store, tokens):
+    make_lock(tokens[4], "other")  # the 20, held: 15 free of 35 unspent
+    result = store.fetch_and_lock(Claim("tx", KEY, 16, 1, order="ascending"), 3)
+    assert result.granted == []
+    assert result.shortfall is not None
+    assert (result.shortfall.unspent, result.shortfall.locked_by_others) == (35, 20)
+    assert TokenLock.objects.count() == 1
+
+
 def test_a_window_reads_the_smallest_and_the_largest_under_a_cap(store, tokens):
     make_lock(tokens[0], "other")  # the 7, held
     window = store.candidates(KEY, 2, 2, cap=10)
