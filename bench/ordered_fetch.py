@@ -80,7 +80,9 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     with database.django_on(args.database, log_level="ERROR"):
         medians = measure(args.tokens, args.calls, args.limit)
-    print(f"one wallet of {args.tokens:,} tokens, batches of {args.limit}, {args.calls} calls each:")
+    print(
+        f"one wallet of {args.tokens:,} tokens, batches of {args.limit}, {args.calls} calls each:"
+    )
     ratios = {name: median / medians["random"] for name, median in medians.items()}
     for name, median in medians.items():
         print(f"  {name:30} {median:8.2f} ms  {ratios[name]:6.1f}x the random fetch")
