@@ -29,20 +29,19 @@ DIRECTIONS = {"ascending": "ASC", "descending": "DESC"}
 # fetch nothing (NULL: it locks nothing and answers short_batch); a fetch in quantity order, whose
 # batch is the wallet's first tokens in that order, what the wallet's free tokens reach, so that
 # it locks its whole batch when they can cover the need together. Only a shortfall needs their
-# sum (the answer reports it): whether they cover the need is a running sum over the largest
-# ones, walked down token_unspent_by_amount and stopped at the first that covers it; the whole
-# sum is read only when none does.
+# sum (the answer reports it): a running sum walks the largest free tokens down
+# token_unspent_by_amount and stops at the first that covers the need, or at the last free
+# token (no token after it), whose running sum is the whole sum. One pass either way.
 SHORT_BATCH = "NULL::numeric"
 FREE_UP_TO_NEED = """coalesce(
             (SELECT r.reached FROM (
-                SELECT sum(t.quantity) OVER (ORDER BY t.quantity DESC, t.id DESC
-                                             ROWS UNBOUNDED PRECEDING) AS reached
+                SELECT sum(t.quantity) OVER w AS reached, lead(t.id) OVER w AS next
                 FROM tokens_token t
                 WHERE {unspent_of_key} AND {free}
+                WINDOW w AS (ORDER BY t.quantity DESC, t.id DESC ROWS UNBOUNDED PRECEDING)
                 ORDER BY t.quantity DESC, t.id DESC) r
-             WHERE r.reached >= %(need)s::numeric LIMIT 1),
-            (SELECT coalesce(sum(t.quantity), 0) FROM tokens_token t
-             WHERE {unspent_of_key} AND {free}))"""
+             WHERE r.reached >= %(need)s::numeric OR r.next IS NULL LIMIT 1),
+            0)"""
 
 # On a wallet whose selections keep colliding (sherdlock.cache, "contested") the fetch walks its
 # batch in the same random order and takes tokens one at a time through locks_take_token
