@@ -64,7 +64,7 @@ class Knobs:
     max_lease_seconds: float = 600.0
     # Requests one web process lets wait for held funds at once (Prefer: wait); keep it below
     # the process's threads (WEB_THREADS) so that spends and releases always find one.
-    wait_slots: int = 24
+    wait_slots: int = 120
     # How long a process trusts an API key it read (revocation takes effect within this).
     api_key_cache_seconds: float = 5.0
     # Housekeeping (locks.housekeeping): rows per statement, statements per kind in one pass,

@@ -6,9 +6,11 @@ import os
 
 # Threaded workers: a request waiting for held funds (Prefer: wait) parks a thread, not a
 # process, and threads share their process's replica cache and API-key cache. README, "Running
-# it", gives the measurements behind the defaults.
+# it", gives the measurements behind the defaults. The thread count bounds how many requests
+# may wait at once (WAIT_SLOTS, 8 fewer); threads start only as requests need them, and a
+# parked one costs neither CPU nor a database session.
 worker_class = "gthread"
-threads = int(os.environ.get("WEB_THREADS", "32"))
+threads = int(os.environ.get("WEB_THREADS", "128"))
 
 # The longest request line gunicorn reads (its maximum); longer ones get 414 before Django sees
 # them. A legitimate request stays well under it: names of 128 characters, percent-encoded

@@ -86,6 +86,24 @@ def test_a_waiting_request_holds_no_database_connection(db_url):
     assert result["selection"].tx_id == "waiter"
 
 
+def test_a_request_finding_no_wait_slot_is_answered_at_once(settings):
+    """With every wait slot of the process taken, a patient request is answered as an
+    impatient one: funds locked at once, with advice on when to retry, and nobody queued."""
+    from sherdlock import FundsLocked
+
+    settings.SHERDLOCK = {**settings.SHERDLOCK, "WAIT_SLOTS": 0}
+    make_token(wallet="w", quantity=5)
+    select_tokens("holder", "w", "USD", 5)
+    started = time.monotonic()
+    with pytest.raises(FundsLocked) as refused:
+        select_tokens("patient", "w", "USD", 5, wait=10)
+    assert time.monotonic() - started < 5  # not the ten seconds it offered to wait
+    assert refused.value.retry_after > 0
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM locks_waiter")
+        assert cursor.fetchone() == (0,)
+
+
 def test_release_keeps_a_connection_inside_a_transaction():
     from django.db import transaction
 
