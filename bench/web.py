@@ -184,14 +184,15 @@ def client(
             },
         )
         finished = time.monotonic()
-        tokens, action, ended, error = (), "", finished, ""
+        tokens, action, ended, error, total = (), "", finished, "", 0
         if status == 201:
             outcome = "selected"
             tokens = tuple(f"{t['tx_id']}:{t['index']}" for t in body["tokens"])
+            total = int(body["total"])
             if workload.hold:
                 time.sleep(rng.uniform(0, 2 * workload.hold))
             if rng.random() < workload.spend_ratio:
-                spend = outputs(wallet, workload.currency, int(body["total"]), quantity)
+                spend = outputs(wallet, workload.currency, total, quantity)
                 status, body, _ = api.post(f"{API}{tx_id}/spend/", {"outputs": spend})
                 action, ended = (
                     ("spent", math.inf) if status == 200 else ("spend_failed", time.monotonic())
@@ -223,6 +224,7 @@ def client(
                 action,
                 None,
                 error,
+                total,
             )
         )
     api.close()

@@ -177,6 +177,9 @@ def test_the_http_points_pair_the_server_with_the_library(run):
         assert_sound(pair["http"], f"{workload} http")
         assert pair["http"]["server_errors"] == 0
         assert pair["http"]["rate_limited"] >= 0
+        # Each selection's total covers what it asked, as in the library.
+        assert pair["http"]["change_per_selection"] >= 0
+        assert pair["library"]["change_per_selection"] >= 0
         # /metrics sums every web worker's files: at least the measured successes.
         assert pair["http"]["metrics"]["success"] >= pair["http"]["selections"]
         assert pair["ratios"]["selections_per_s"] > 0
