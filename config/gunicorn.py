@@ -19,6 +19,12 @@ limit_request_line = 8190
 MAX_REQUEST_LINE = limit_request_line
 
 
+def post_fork(server, worker) -> None:
+    """Tell the worker's app how many threads it really has (``--threads`` may override the
+    setting above): its wait slots never take them all (``locks.waiting.wait_slots``)."""
+    os.environ["WEB_THREADS"] = str(worker.cfg.threads)
+
+
 def child_exit(server, worker) -> None:
     """Let the metrics of a finished worker stop counting as live (gauges) once it exits."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

@@ -14,6 +14,7 @@ import pytest
 from django.db import connection
 
 from common import db
+from locks import waiting
 from locks.selections import release_selection
 from locks.services import select_tokens
 from locks.sql import waiting as queries
@@ -102,6 +103,32 @@ def test_a_request_finding_no_wait_slot_is_answered_at_once(settings):
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM locks_waiter")
         assert cursor.fetchone() == (0,)
+
+
+@pytest.mark.parametrize(
+    "configured,threads,slots",
+    [
+        (120, None, 120),  # not a web worker: the knob as set
+        (120, 128, 120),
+        (120, 32, 24),  # a worker given fewer threads keeps 8 of them free
+        (10, 32, 10),
+        (120, 16, 8),  # small workers keep half
+        (120, 1, 0),
+    ],
+)
+def test_waiting_requests_never_take_every_thread_of_a_worker(configured, threads, slots):
+    assert waiting.wait_slots(configured, threads) == slots
+
+
+def test_a_web_worker_learns_its_thread_count(monkeypatch):
+    from types import SimpleNamespace
+
+    from config import gunicorn
+
+    monkeypatch.delenv("WEB_THREADS", raising=False)
+    gunicorn.post_fork(None, SimpleNamespace(cfg=SimpleNamespace(threads=20)))
+    assert waiting._worker_threads() == 20
+    assert waiting.wait_slots(120, waiting._worker_threads()) == 12
 
 
 def test_release_keeps_a_connection_inside_a_transaction():
