@@ -125,7 +125,10 @@ def test_a_web_worker_learns_its_thread_count(monkeypatch):
 
     from config import gunicorn
 
-    monkeypatch.delenv("WEB_THREADS", raising=False)
+    # setenv, not delenv: an absent variable that delenv skipped would not be restored, and
+    # post_fork's value would outlive this test.
+    monkeypatch.setenv("WEB_THREADS", "")
+    assert waiting._worker_threads() is None
     gunicorn.post_fork(None, SimpleNamespace(cfg=SimpleNamespace(threads=20)))
     assert waiting._worker_threads() == 20
     assert waiting.wait_slots(120, waiting._worker_threads()) == 12
