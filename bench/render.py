@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import selection_strategies
+from bench import cpu, selection_strategies
 from bench.strategies import ALL, BASELINES, HTTP, OURS
 
 
@@ -74,6 +74,26 @@ def http_table(pairs: list[dict]) -> list[str]:
             f"{_num(r['p99'], 2):>7}{h.get('rate_limited', 0):>6}{h.get('server_errors', 0):>5}"
             f"{_num(h['double_spends'], 0):>4}{_num(h['leaked_locks'], 0):>5}"
             f"{_num(h.get('framework_cycles_per_s')):>12}{_num(r.get('of_framework'), 2):>6}"
+        )
+    lines += cpu_lines(pairs)
+    return lines
+
+
+def cpu_lines(pairs: list[dict]) -> list[str]:
+    """Where the cores went at each HTTP point and its library twin (bench.cpu)."""
+    rows = [
+        (pair, side, pair[side].get("cpu_ms_per_selection"))
+        for pair in pairs
+        for side in ("http", "library")
+    ]
+    rows = [row for row in rows if row[2]]
+    if not rows:
+        return []
+    lines = ["", "CPU ms per selection cycle (select + spend or release), by group of processes:"]
+    for pair, side, ms in rows:
+        lines.append(
+            f"  {pair['workload']:<11}R={pair['replicas']:<3}{side:<8}{cpu.describe(ms)}"
+            f"  (sum {sum(ms.values()):.2f})"
         )
     return lines
 

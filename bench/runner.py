@@ -13,7 +13,7 @@ import shutil
 import sys
 import time
 
-from bench import database, strategies
+from bench import cpu, database, strategies
 from bench.options import parse_args
 from bench.workloads import Workload, hot_tokens, hot_wallet, spread
 
@@ -108,7 +108,18 @@ class Harness:
         tag = tag or strategy
         # Replica i draws the same requests whatever the strategy: same data, same demand.
         tasks = [Task(strategy, lite, i, self.args.seed * 1000 + i, tag) for i in range(replicas)]
-        records, infos = (pool or self.pool(strategy)).run(tasks, duration, on_start)
+        pool = pool or self.pool(strategy)
+        windows = []
+
+        def started(start_at: float, end_at: float) -> None:
+            if cpu.available():
+                load = [process.pid for process in pool.processes[:replicas]]
+                groups = {"replicas": lambda: load, **cpu.server_groups()}
+                windows.append(cpu.Window(groups, start_at, end_at))
+            if on_start is not None:
+                on_start(start_at, end_at)
+
+        records, infos = pool.run(tasks, duration, started)
         point["duration_s"] = duration
         if strategy in strategies.CANDIDATES:
             point["listening"] = all(info.get("listening") for info in infos)
@@ -121,6 +132,7 @@ class Harness:
         )
         point["leaked_locks"] = database.leaked_locks()
         point["supply_conserved"] = database.unspent_by_wallet() == supply
+        point["cpu_ms_per_selection"] = windows[0].result(point["selections"]) if windows else {}
         return point
 
     def _floor(self, workload: Workload, replicas: int, duration: float) -> dict:
@@ -173,11 +185,12 @@ def run_points(harness: Harness, workloads: list[Workload], names: list[str]) ->
                 point = harness.measure(workload, strategy, replicas, supply)
                 points.append(point)
                 latency = point["latency_ms"]
+                used = cpu.describe(point.get("cpu_ms_per_selection", {}))
                 say(
                     f"[{len(points)}/{total}] {workload.name:<10} R={replicas:<3} "
                     f"{strategy:<21} {point['selections_per_s'] or 0:>8.1f} sel/s  "
                     f"p50 {latency['p50'] or 0:6.1f} ms  p99 {latency['p99'] or 0:7.1f} ms  "
-                    f"{_faults(point)}"
+                    f"cpu ms/sel: {used}  {_faults(point)}"
                 )
     return points
 

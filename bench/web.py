@@ -20,7 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench import database, strategies, verify
+from bench import cpu, database, strategies, verify
 from bench.http_client import Api
 from bench.strategies import HTTP, OURS
 from bench.worker import Record
@@ -256,11 +256,12 @@ def framework_cycles(port: int, clients: int, duration: float) -> float:
     return sum(counts) / duration
 
 
-def run_load(target, leading: list[tuple], duration: float, timeout: float) -> list:
+def run_load(target, leading: list[tuple], duration: float, timeout: float, on_start=None) -> list:
     """Run one load process per ``leading`` arguments, start them together, return their puts.
 
     Each process calls ``target(*leading[i], barrier, duration, results)``, waits at the
-    barrier, then puts one result.
+    barrier, then puts one result. ``on_start(pids)``, if given, is called with the load
+    processes' PIDs as they pass the barrier, when their clocks start.
     """
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(len(leading) + 1), context.Queue()
@@ -271,6 +272,8 @@ def run_load(target, leading: list[tuple], duration: float, timeout: float) -> l
     for process in processes:
         process.start()
     barrier.wait(timeout=READY_TIMEOUT)
+    if on_start is not None:
+        on_start([process.pid for process in processes])
     out = [results.get(timeout=timeout) for _ in processes]
     for process in processes:
         process.join(timeout=10)
@@ -299,12 +302,21 @@ def measure(
     database.reset()
     strategies.deploy(HTTP)
     server = Server(workers, log)
+    windows = []
+
+    def started(load: list[int]) -> None:
+        groups = {"web": lambda: cpu.with_descendants(server.process.pid), "load": lambda: load}
+        windows.append(
+            cpu.Window({**groups, **cpu.server_groups()}, now := time.monotonic(), now + duration)
+        )
+
     try:
         puts = run_load(
             client,
             [(server.port, key, workload, i, seed * 1000 + i) for i in range(clients)],
             duration,
             timeout=duration + 120,
+            on_start=started if cpu.available() else None,
         )
         records = [r for put in puts for r in put]
         metrics = server.metrics()
@@ -327,6 +339,7 @@ def measure(
     point["server_errors"] = server_errors(records)
     point["metrics"] = metrics
     point["framework_cycles_per_s"] = round(framework, 1)
+    point["cpu_ms_per_selection"] = windows[0].result(point["selections"]) if windows else {}
     return point
 
 
@@ -386,6 +399,8 @@ def run_all(args, harness, make_workload, say) -> tuple[list[dict], str | None]:
                     f"{point['latency_ms']['p99'] or 0:.1f} ms (ours "
                     f"{library['latency_ms']['p99'] or 0:.1f}), 429: {point['rate_limited']}, "
                     f"5xx: {point['server_errors']}; /healthz cycles/s "
-                    f"{point['framework_cycles_per_s']:.1f}"
+                    f"{point['framework_cycles_per_s']:.1f}; "
+                    f"cpu ms/sel: {cpu.describe(point['cpu_ms_per_selection'])} (library: "
+                    f"{cpu.describe(library.get('cpu_ms_per_selection', {}))})"
                 )
     return pairs, None

@@ -186,6 +186,16 @@ def test_the_http_points_pair_the_server_with_the_library(run):
         # What the web stack allows (two GET /healthz per cycle), measured on the same server.
         assert pair["http"]["framework_cycles_per_s"] > 0
         assert pair["ratios"]["of_framework"] > 0
+        # Where the cores went (bench.cpu): the web workers serve, the load processes only
+        # send; in the library the replicas do what the workers do. PostgreSQL's share is
+        # there when its server runs on this host, as the embedded one does.
+        http = pair["http"]["cpu_ms_per_selection"]
+        library = pair["library"]["cpu_ms_per_selection"]
+        assert set(http) - {"postgres"} == {"web", "load"}, http
+        assert set(library) - {"postgres"} == {"replicas"}, library
+        assert http["web"] > 0 and library["replicas"] > 0
+        assert ("postgres" in http) == ("postgres" in library)
+        assert all(ms > 0 for ms in [http.get("postgres", 1), library.get("postgres", 1)])
 
 
 @pytest.mark.timeout(600)

@@ -1,0 +1,138 @@
+"""Where the cores go during a point: the CPU time of each group of processes, from ``/proc``.
+
+A point's processes fall into groups (the replicas or the load processes, the web server, the
+PostgreSQL server); ``Window`` reads each group's user + system time when the point's clock
+starts and again when it stops, from a thread of its own, and reports the difference per
+selection. A process that starts within the window counts from its start; one that exits
+within it is lost (none of the groups' processes does so during a point).
+
+The PostgreSQL group is the server's postmaster and everything under it (backends, WAL writer,
+checkpointer), found from a backend's parent: a server on another host or in another PID
+namespace has no group, and the report says nothing of it. Without ``/proc`` there is nothing
+to read, and ``Window.result`` is empty.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+PROC = Path("/proc")
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+Group = Callable[[], Iterable[int]]
+
+
+def _stat(pid: int) -> list[str] | None:
+    """Return the fields of ``/proc/<pid>/stat`` after the command name, or None if gone."""
+    try:
+        text = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces or parentheses itself.
+    return text.rpartition(")")[2].split()
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """Return the user + system CPU time of ``pid`` (not of its children), None if gone."""
+    fields = _stat(pid)
+    if fields is None:
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14, 15)
+
+
+def with_descendants(pid: int) -> list[int]:
+    """Return ``pid`` and every live process under it."""
+    children: dict[int, list[int]] = {}
+    for entry in PROC.iterdir():
+        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))  # ppid (field 4)
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(children.get(current, []))
+    return found
+
+
+def postgres_server(connection) -> int | None:
+    """Return the PID of the postmaster serving ``connection`` when it runs on this host."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    fields = _stat(backend)
+    if fields is None:
+        return None
+    parent = int(fields[1])
+    try:
+        command = (PROC / str(parent) / "cmdline").read_bytes()
+    except OSError:
+        return None
+    return parent if b"postgres" in command else None
+
+
+@functools.cache
+def _postmaster() -> int | None:
+    from django.db import connection
+
+    return postgres_server(connection)
+
+
+def server_groups() -> dict[str, Group]:
+    """Return the group of the benchmark database's server, when it runs on this host."""
+    pid = _postmaster()
+    return {} if pid is None else {"postgres": lambda: with_descendants(pid)}
+
+
+def _read(groups: dict[str, Group]) -> dict[str, dict[int, float]]:
+    out = {}
+    for name, pids in groups.items():
+        times = {pid: cpu_seconds(pid) for pid in pids()}
+        out[name] = {pid: t for pid, t in times.items() if t is not None}
+    return out
+
+
+class Window:
+    """Read the groups' CPU time at ``start_at`` and at ``end_at`` (``time.monotonic``)."""
+
+    def __init__(self, groups: dict[str, Group], start_at: float, end_at: float) -> None:
+        self._groups = groups
+        self._readings: list[dict[str, dict[int, float]]] = []
+        self._thread = threading.Thread(
+            target=self._run, args=(start_at, end_at), name="cpu-window", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, start_at: float, end_at: float) -> None:
+        for at in (start_at, end_at):
+            time.sleep(max(0.0, at - time.monotonic()))
+            self._readings.append(_read(self._groups))
+
+    def result(self, selections: int) -> dict[str, float]:
+        """Return each group's CPU milliseconds per selection over the window (waits for it)."""
+        self._thread.join()
+        if len(self._readings) < 2 or selections <= 0:
+            return {}
+        before, after = self._readings
+        out = {}
+        for name, times in after.items():
+            used = sum(t - before.get(name, {}).get(pid, 0.0) for pid, t in times.items())
+            if times:
+                out[name] = round(used * 1000 / selections, 3)
+        return out
+
+
+def describe(ms_per_selection: dict[str, float]) -> str:
+    """Return "<group> <ms> ..." for a point's line, or "-" when not measured."""
+    if not ms_per_selection:
+        return "-"
+    return " ".join(f"{name} {ms:.2f}" for name, ms in ms_per_selection.items())
+
+
+def available() -> bool:
+    """Tell whether this host has ``/proc`` to read."""
+    return (PROC / str(os.getpid()) / "stat").exists()

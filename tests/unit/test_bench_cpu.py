@@ -1,0 +1,73 @@
+"""bench.cpu: the CPU time a point's groups of processes used, read from /proc."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bench import cpu
+
+pytestmark = pytest.mark.skipif(not cpu.available(), reason="needs /proc")
+
+BUSY = "import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end: pass\n"
+
+
+def spin(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_a_process_cpu_time_grows_while_it_computes_and_a_gone_one_has_none():
+    before = cpu.cpu_seconds(os.getpid())
+    spin(0.2)
+    assert cpu.cpu_seconds(os.getpid()) - before >= 0.15
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert cpu.cpu_seconds(gone.pid) is None
+
+
+def test_descendants_are_found_through_every_generation():
+    # A child that starts a grandchild, both sleeping until the test has looked.
+    sleeper = "import time; time.sleep(30)"
+    code = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {sleeper!r}])"
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 10
+        while len(found := cpu.with_descendants(child.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert found[0] == child.pid and len(found) == 2
+        assert os.getpid() not in found
+    finally:
+        for pid in cpu.with_descendants(child.pid)[::-1]:
+            os.kill(pid, 9)
+        child.wait()
+
+
+def test_a_window_charges_each_group_what_it_used_between_its_two_readings():
+    child = subprocess.Popen([sys.executable, "-c", BUSY.format(seconds=0.6)])
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    try:
+        now = time.monotonic()
+        window = cpu.Window(
+            {"busy": lambda: [child.pid], "idle": lambda: [idle.pid]}, now + 0.1, now + 0.4
+        )
+        used = window.result(selections=10)
+    finally:
+        child.kill()
+        idle.kill()
+        child.wait()
+        idle.wait()
+    # 0.3 s of a spinning process, per 10 selections: about 30 ms each (ticks of 10 ms).
+    assert 15 <= used["busy"] <= 35
+    assert used["idle"] < 2
+    assert cpu.Window({"busy": lambda: [child.pid]}, now, now).result(selections=0) == {}
+
+
+def test_describe_names_each_group_or_says_it_was_not_measured():
+    assert cpu.describe({"web": 2.771, "postgres": 1.3}) == "web 2.77 postgres 1.30"
+    assert cpu.describe({}) == "-"
