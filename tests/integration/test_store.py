@@ -360,3 +360,26 @@ def test_concurrent_fetches_skip_each_others_rows_instead_of_waiting(db_url):
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+@pytest.mark.parametrize("need", [25, 35])
+def test_a_contested_walk_passes_over_a_token_being_taken_and_stops_at_its_batch_end(db_url, need):
+    # Four free tokens of 10 in the snapshot; another transaction holds one's row, as a lock
+    # insert does until it commits. The walk steps past it to the other three.
+    tokens = make_tokens(4, quantity=10)
+    holder = _connect(db_url)
+    try:
+        holder.execute("BEGIN")
+        holder.execute("SELECT id FROM tokens_token WHERE id = %s FOR UPDATE", [tokens[1].pk])
+        result = PostgresTokenStore(lease=30).fetch_and_lock(
+            Claim("tx-1", KEY, need, 1, contested=True), 64
+        )
+        others = {t.pk for t in tokens} - {tokens[1].pk}
+        taken = {c.token_id for c in result.granted}
+        assert set(TokenLock.objects.values_list("token_id", flat=True)) == taken
+        # Three of 10 cover 25; for 35 the walk takes all three it can and ends with its batch
+        # (the selector refetches for the rest). Passed-over tokens are not offered: no conflict.
+        assert taken == others and result.conflicts == 0 and result.shortfall is None
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
