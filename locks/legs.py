@@ -117,7 +117,7 @@ def _select_once(
     selection.held_tokens = [
         TokenRow(i, t, n, wallet, c, Decimal(q), namespace) for i, t, n, q, c in row["tokens"]
     ]
-    logger.info(
+    logger.debug(
         "selected %s legs of %s for %s: %d token(s)",
         len(picked),
         wallet,

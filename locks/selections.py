@@ -138,7 +138,7 @@ def spend_selection(
     _expect_ok(verdict)
     get_selector().forget(selection.token_ids)
     _held(selection, spent_at)
-    logger.info("spent %s: %d token(s) in, %d output(s)", tx_id, len(tokens), len(created))
+    logger.debug("spent %s: %d token(s) in, %d output(s)", tx_id, len(tokens), len(created))
     return Outcome(_spent_selection(selection, spent_at, created), tokens, created)
 
 
@@ -162,7 +162,7 @@ def release_selection(
                 WalletKey(selection.wallet, currency),
                 [Candidate(t.id, int(t.quantity)) for t in tokens if t.currency == currency],
             )
-    logger.info("released %s: %d lock(s)", tx_id, row["freed"])
+    logger.debug("released %s: %d lock(s)", tx_id, row["freed"])
     return Outcome(selection, tokens, changed=changed, locks_removed=row["freed"])
 
 

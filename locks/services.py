@@ -165,7 +165,7 @@ def _select_once(
     selection.held_tokens = [
         TokenRow(i, t, n, wallet, currency, Decimal(q), namespace) for i, t, n, q in record.tokens
     ]
-    logger.info(
+    logger.debug(
         "selected %s for %s: %d token(s), total %s, %d lock attempt(s)",
         picked.key,
         tx_id,
