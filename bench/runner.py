@@ -216,8 +216,7 @@ def main(argv: list[str]) -> int:
         os.environ["DATABASE_URL"] = url
         os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
         # Every replica's INFO lines (a listener starting, a housekeeping pass) would interleave
-        # with the progress output; on the measured paths INFO adds only the rare failed
-        # selection of the web server.
+        # with the progress output. The web server keeps the shipped level (bench.web).
         os.environ.setdefault("LOG_LEVEL", "WARNING")
         import django
 

@@ -81,6 +81,9 @@ class Server:
         self._metrics = tempfile.TemporaryDirectory(prefix="bench-metrics-")
         env = strategies.environment(HTTP)
         env.pop("WEB_CONCURRENCY", None)
+        # It logs at the shipped level, as `make run` does; the harness quiets only its own lines
+        # and the replicas' (bench.runner), whose output is the progress report.
+        env.pop("LOG_LEVEL", None)
         if workers is not None:
             env["WEB_CONCURRENCY"] = str(workers)
         env["PROMETHEUS_MULTIPROC_DIR"] = self._metrics.name
