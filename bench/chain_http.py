@@ -19,7 +19,8 @@ from bench import chain, database, strategies
 from bench.chain import PAYEE, WALLET, Payment, jittered
 from bench.http_client import Api
 from bench.strategies import HTTP
-from bench.web import API, Server, api_key, outputs, unavailable
+from bench.web import API, api_key, outputs, unavailable
+from bench.web_server import Server
 
 START_DELAY = 0.2
 RETRY_CODES = ("funds_locked",)
