@@ -28,7 +28,7 @@ class CountingStore(PostgresTokenStore):
 
     A fetch offers the rows of the prefix it tries to lock (granted or lost to a concurrent
     selection); a contested wallet's fetch offers the rows it took, having passed over those
-    it found locked without trying them (``locks_take_token``); a try-lock offers every
+    it found locked without trying them (``locks_take_tokens``); a try-lock offers every
     submitted candidate.
     """
 

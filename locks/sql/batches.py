@@ -43,37 +43,26 @@ FREE_UP_TO_NEED = """coalesce(
              WHERE r.reached >= %(need)s::numeric OR r.next IS NULL LIMIT 1),
             0)"""
 
-# On a wallet whose selections keep colliding (sherdlock.cache, "contested") the fetch walks its
-# batch in the same random order and takes tokens one at a time through locks_take_token
-# (migration locks 0013), which looks at the lock table as of that moment, until what it took
-# covers the need. A token locked after the statement began is passed over instead of being
-# inserted and lost. The walk is a recursive CTE; OFFSET 0 keeps the call in a subquery of its
-# own, run once per step. The batch is held as two arrays in one row, so that a step reads its
-# token by position (a join of the steps to the batch's rows rescanned them at every step) and
-# the walk ends with the batch. What was taken is row-locked already, so FRESH_WANTED reads the
-# rows without FOR UPDATE (under the row lock the function found them unspent). Every token the
-# walk looked at (`looked`) is left out of the spare: those it passed over are taken.
+# On a wallet whose selections keep colliding (sherdlock.cache, "contested") the fetch hands its
+# batch, in the same random order, to locks_take_tokens (migration locks 0014), which takes tokens
+# from the front as of that moment, a covering run at a time, until what it took covers the need.
+# A token locked after the statement began is passed over instead of being inserted and lost.
+# The batch is held as two arrays in one row, in its order. What was taken is row-locked already,
+# so FRESH_WANTED reads the rows without FOR UPDATE (under the row lock the function found them
+# unspent). Every token the function looked at (`looked`) is left out of the spare: those it
+# passed over are taken.
 FRESH_CHOSEN = """
 ordered AS MATERIALIZED (
-    SELECT array_agg(id ORDER BY rnd, id) AS ids, array_agg(quantity ORDER BY rnd, id) AS amounts,
-           count(*) AS size
+    SELECT array_agg(id ORDER BY rnd, id) AS ids, array_agg(quantity ORDER BY rnd, id) AS amounts
     FROM candidates
     WHERE (SELECT free FROM reach) >= %(need)s::numeric{gated}
 ),
-walk (n, id, took, total) AS (
-    SELECT 0::bigint, NULL::bigint, false, 0::numeric
-    UNION ALL
-    SELECT w.n + 1, o.ids[w.n + 1], k.took,
-           w.total + CASE WHEN k.took THEN o.amounts[w.n + 1] ELSE 0 END
-    FROM walk w
-    CROSS JOIN ordered o
-    CROSS JOIN LATERAL (
-        SELECT locks_take_token(o.ids[w.n + 1], %(wallet)s::text, %(currency)s::text) AS took
-        OFFSET 0
-    ) k
-    WHERE w.total < %(need)s::numeric AND w.n < o.size
+looked AS MATERIALIZED (
+    SELECT k.token AS id, k.took
+    FROM ordered o
+    CROSS JOIN LATERAL locks_take_tokens(o.ids, o.amounts, %(need)s::numeric,
+                                         %(wallet)s::text, %(currency)s::text) k
 ),
-looked AS MATERIALIZED (SELECT id, took FROM walk WHERE n > 0),
 chosen AS MATERIALIZED (SELECT id FROM looked WHERE took),"""
 FRESH_WANTED = """
 wanted AS (

@@ -245,7 +245,8 @@ FETCH_EXTRA = """(SELECT count(*) FROM chosen) AS attempted,
 # A fetch in quantity order (locks.sql.batches), then the random fetch's later parts as they are.
 FETCH_ORDERED_CHOICE = batches.ORDERED_BATCH + FETCH_CHOICE[FETCH_CHOICE.index("\nseen AS") :]
 
-# A contested wallet's fetch: the batch, walked a token at a time (locks.sql.batches).
+# A contested wallet's fetch: its batch taken as of now, a covering run at a time
+# (locks.sql.batches).
 FRESH_CHOICES = {
     ordered: choice[: choice.index("\nchosen AS")] + batches.FRESH_CHOSEN
     for ordered, choice in ((False, FETCH_CHOICE), (True, FETCH_ORDERED_CHOICE))
@@ -294,7 +295,7 @@ class LockStatement:
 
 # A locking statement: its CTEs in this order (a variant leaves out the ones it does without),
 # the last one's comma dropped, then the result row.
-LOCK = "WITH{recursive}{ctes}\n{result}"
+LOCK = "WITH{ctes}\n{result}"
 LOCK_CTES = "{commit_mode}{fence}{meter}{gate}{choice}{wanted}{granted}{recorded}"
 
 
@@ -336,8 +337,7 @@ def _compose(variant: LockStatement) -> str:
         else "",
         outcome=RESULT_RECORDED.format(**fill) if variant.record else RESULT_PLAIN,
     ) + (RESULT_METERED if variant.metered else "")
-    recursive = " RECURSIVE" if variant.fresh else ""
-    return LOCK.format(recursive=recursive, ctes=ctes.rstrip(","), result=result)
+    return LOCK.format(ctes=ctes.rstrip(","), result=result)
 
 
 def _variants() -> Iterator[LockStatement]:

@@ -214,3 +214,24 @@ def test_a_full_batch_asks_only_the_largest_free_tokens_whether_they_cover_the_n
         and any(m.get("Index Name") == "token_unspent_by_amount" for m in nodes(node))
     ]
     assert len(walks) == 1, walks
+
+
+@pytest.mark.parametrize("order", ["random", "descending"])
+def test_a_contested_fetch_reads_only_the_tokens_it_took(order):
+    # locks_take_tokens returns a covering run, not the thousand rows the planner assumes of a
+    # function: planned for those, the read of what it took was a hash join over every unspent
+    # token of the wallet.
+    make_tokens(1000, wallet="alice", quantity=1)
+    plan = generic_plan(
+        locking.LOCK_STATEMENTS[locking.LockStatement(True, False, True, order=order, fresh=True)]
+    )
+    wanted = next(n for n in plan if n.get("Subplan Name") == "CTE wanted")
+    assert token_reads(list(nodes(wanted))) == [("Index Scan", "tokens_token_pkey")]
+
+
+def test_the_contested_take_plans_its_queries_once_per_session():
+    # Its queries read a slice of the batch's ids; planned afresh for each slice (the plan
+    # cache's custom plans), they cost more than they do.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT prorows, proconfig FROM pg_proc WHERE proname = 'locks_take_tokens'")
+        assert cursor.fetchall() == [(8, ["plan_cache_mode=force_generic_plan"])]
