@@ -1,8 +1,8 @@
 """How a fetch takes its batch other than the random fetch's way: fragments of its statements.
 
 In quantity order (the strategies smallest_first and fewest_tokens, and a random selection's
-fetch after a short batch), what a batch that cannot cover the need stands for, and walked a
-token at a time as of the moment of each lock (a contested wallet). ``locks.sql.locking``
+fetch after a short batch), what a batch that cannot cover the need stands for, and taken as of
+the moment of each lock, a covering run at a time (a contested wallet). ``locks.sql.locking``
 composes them into its ``LockStatement`` variants, with ``str.format`` only.
 """
 

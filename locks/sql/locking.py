@@ -290,7 +290,7 @@ class LockStatement:
     order: str = "random"  # fetch: random, or by quantity (ascending, descending)
     strategy: bool = False  # record: name the strategy on the selection row
     metered: bool = False  # take the request's rate-limit units, lock nothing if refused
-    fresh: bool = False  # fetch: take tokens one by one as of now (a contested wallet)
+    fresh: bool = False  # fetch: take tokens as of now, a covering run at a time (contested)
 
 
 # A locking statement: its CTEs in this order (a variant leaves out the ones it does without),

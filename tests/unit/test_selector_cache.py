@@ -320,7 +320,7 @@ def test_a_wallet_whose_queue_keeps_going_stale_is_served_by_fetches(store, cloc
     clock.advance(1.0)
     a.select("a5", key.wallet, key.currency, 1)
     assert not a.cache.contested(key) and a.cache.peek(key)
-    # The store is told which fetches are a contested wallet's (it may take tokens one by one).
+    # The store is told which fetches are a contested wallet's (it may take tokens as of now).
     assert [claim.contested for claim in claims] == [True, False]
 
 
