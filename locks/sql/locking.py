@@ -141,10 +141,16 @@ recorded AS (
 # whether the gate was open and what was recorded; the fetch adds its own columns first.
 RESULT = """
 SELECT (SELECT value FROM fence) AS fence,
-       (SELECT array_agg(id ORDER BY id) FROM won) AS granted_ids,
-       (SELECT array_agg(quantity ORDER BY id) FROM won) AS granted_quantities,
-       (SELECT min(expires_at) FROM won) AS expires_at,
+       g.ids AS granted_ids, g.quantities AS granted_quantities, g.expires_at,
        {fetched}{outcome}"""
+# What the result row is read from: what was granted, in one pass (and a fetch's spare rows).
+RESULT_FROM = """
+FROM (SELECT array_agg(id ORDER BY id) AS ids, array_agg(quantity ORDER BY id) AS quantities,
+             min(expires_at) AS expires_at
+      FROM won) g{spare}"""
+SPARE = """,
+     (SELECT array_agg(id ORDER BY id) AS ids, array_agg(quantity ORDER BY id) AS quantities
+      FROM candidates WHERE id NOT IN (SELECT id FROM {looked})) s"""
 RESULT_PLAIN = "true AS open, NULL::bigint AS recorded_id, NULL AS recorded_at, NULL AS tokens"
 RESULT_RECORDED = """{open} AS open,
        (SELECT id FROM recorded) AS recorded_id,
@@ -233,10 +239,7 @@ FETCH_EXTRA = """(SELECT count(*) FROM chosen) AS attempted,
        CASE WHEN (SELECT free FROM reach) < %(need)s::numeric THEN (
            SELECT coalesce(sum(t.quantity), 0) FROM tokens_token t WHERE {unspent_of_key})
        END AS unspent,
-       (SELECT array_agg(id ORDER BY id) FROM candidates
-        WHERE id NOT IN (SELECT id FROM {looked})) AS spare_ids,
-       (SELECT array_agg(quantity ORDER BY id) FROM candidates
-        WHERE id NOT IN (SELECT id FROM {looked})) AS spare_quantities,
+       s.ids AS spare_ids, s.quantities AS spare_quantities,
        """
 
 
@@ -332,11 +335,11 @@ def _compose(variant: LockStatement) -> str:
         else "",
     )
     result = RESULT.format(
-        fetched=FETCH_EXTRA.format(**fill, looked="looked" if variant.fresh else "chosen")
-        if variant.fetch
-        else "",
+        fetched=FETCH_EXTRA.format(**fill) if variant.fetch else "",
         outcome=RESULT_RECORDED.format(**fill) if variant.record else RESULT_PLAIN,
     ) + (RESULT_METERED if variant.metered else "")
+    looked = "looked" if variant.fresh else "chosen"
+    result += RESULT_FROM.format(spare=SPARE.format(looked=looked) if variant.fetch else "")
     return LOCK.format(ctes=ctes.rstrip(","), result=result)
 
 
