@@ -56,30 +56,29 @@ WITH sel AS MATERIALIZED (
     ORDER BY s.id
     LIMIT 1
 )
-SELECT CASE WHEN EXISTS (SELECT FROM sel) THEN 'ok' ELSE 'not_found' END AS verdict,
+SELECT CASE WHEN x.id IS NOT NULL THEN 'ok' ELSE 'not_found' END AS verdict,
        {columns},
-       (SELECT namespace FROM sel) AS namespace, (SELECT status FROM sel) AS status,
-       (SELECT expires_at FROM sel) AS expires_at, (SELECT spent_at FROM sel) AS spent_at,
-       (SELECT released_at FROM sel) AS released_at, (SELECT output_ids FROM sel) AS output_ids,
+       x.namespace AS namespace, x.status AS status,
+       x.expires_at AS expires_at, x.spent_at AS spent_at,
+       x.released_at AS released_at, x.output_ids AS output_ids,
        (SELECT count(*) FROM locks_tokenlock l
-        WHERE l.wallet = (SELECT wallet FROM sel)
-          AND l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
-          AND (l.expires_at > now()) IS TRUE) AS live_locks
+        WHERE l.wallet = x.wallet
+          AND l.spender_tx_id = %(tx_id)s::text AND l.fence = x.fence
+          AND (l.expires_at > now()) IS TRUE) AS live_locks{row}
 """
 
 # Columns every statement returns about the selection (NULLs when it was not found), then the
 # tokens it holds or held as JSON [[id, tx_id, index, quantity, currency], ...] in id order
 # (a selection with legs holds tokens of several currencies: see ``locks.sql.legs``).
-SELECTION_COLUMNS = """(SELECT id FROM sel) AS id, (SELECT wallet FROM sel) AS wallet,
-       (SELECT currency FROM sel) AS currency, (SELECT quantity FROM sel) AS quantity,
-       (SELECT total FROM sel) AS total, (SELECT fence FROM sel) AS fence,
-       (SELECT created_at FROM sel) AS created_at, (SELECT strategy FROM sel) AS strategy,
-       (SELECT legs FROM sel)::json AS legs,
+SELECTION_COLUMNS = """x.id, x.wallet, x.currency, x.quantity, x.total, x.fence, x.created_at,
+       x.strategy, x.legs::json AS legs,
        (SELECT json_agg(json_build_array(t.id, t.tx_id, t."index", t.quantity, t.currency)
                         ORDER BY t.id)
         FROM tokens_token t
-        WHERE t.id = ANY((SELECT token_ids FROM sel)::bigint[])
-          AND t.wallet = (SELECT wallet FROM sel)) AS tokens"""
+        WHERE t.id = ANY(x.token_ids::bigint[]) AND t.wallet = x.wallet) AS tokens"""
+# Where those columns come from: the selection's row, if any, read once (each column a scalar
+# subquery of its own was one more InitPlan to set up at every execution).
+SELECTION_ROW = "\nFROM (SELECT) AS one LEFT JOIN sel x ON true"
 
 # The outputs of a spend as JSON [[id, index, wallet, currency, quantity], ...] in output order.
 STORED_OUTPUTS = """(SELECT json_agg(json_build_array(t.id, t."index", t.wallet, t.currency,
@@ -167,7 +166,7 @@ done AS (
 ),{wake}
 SELECT (SELECT value FROM verdict) AS verdict,
        {columns},
-       coalesce((SELECT spent_at FROM done), (SELECT spent_at FROM sel)) AS spent_at,
+       coalesce((SELECT spent_at FROM done), x.spent_at) AS spent_at,
        (SELECT count(*) FROM spent) AS inputs_spent,
        (SELECT count(*) FROM unlocked) AS unlocked,
        (SELECT count(*) FROM woken) AS woken,
@@ -175,10 +174,11 @@ SELECT (SELECT value FROM verdict) AS verdict,
            SELECT json_agg(json_build_array(c.id, c."index", c.wallet, c.currency, c.quantity)
                            ORDER BY a.position)
            FROM created c JOIN asked a ON a.idx = c."index")
-       ELSE {stored_outputs} END AS outputs
+       ELSE {stored_outputs} END AS outputs{row}
 """.format(
     selection=SELECTION.format(after="", owner=OWNER),
     columns=SELECTION_COLUMNS,
+    row=SELECTION_ROW,
     stored_outputs=STORED_OUTPUTS,
     not_conserved=NOT_CONSERVED,
     # The outputs may free funds where requests wait: wake those queues' heads.
@@ -210,14 +210,14 @@ done AS (
       AND s.status IN ('locked', 'expired', 'lost')
     RETURNING s.released_at
 ),{wake}
-SELECT CASE WHEN NOT EXISTS (SELECT FROM sel) THEN 'not_found'
-            WHEN (SELECT status FROM sel) = 'spent' THEN 'spent'
+SELECT CASE WHEN x.id IS NULL THEN 'not_found'
+            WHEN x.status = 'spent' THEN 'spent'
             ELSE 'ok' END AS verdict,
        {columns},
-       coalesce((SELECT released_at FROM done), (SELECT released_at FROM sel)) AS released_at,
-       (SELECT expires_at FROM sel) AS expires_at,
+       coalesce((SELECT released_at FROM done), x.released_at) AS released_at,
+       x.expires_at AS expires_at,
        (SELECT count(*) FROM freed) AS freed,
-       (SELECT count(*) FROM woken) AS woken
+       (SELECT count(*) FROM woken) AS woken{row}
 """
 
 # Renew every lock of the selection, all or none: each must still be held (tx id, fence, lease
@@ -248,14 +248,14 @@ done AS (
       AND EXISTS (SELECT FROM renewed)
     RETURNING s.expires_at
 )
-SELECT CASE WHEN NOT EXISTS (SELECT FROM sel) THEN 'not_found'
-            WHEN (SELECT status FROM sel) = 'spent' THEN 'spent'
-            WHEN (SELECT status FROM sel) = 'released' THEN 'released'
+SELECT CASE WHEN x.id IS NULL THEN 'not_found'
+            WHEN x.status = 'spent' THEN 'spent'
+            WHEN x.status = 'released' THEN 'released'
             WHEN NOT EXISTS (SELECT FROM done) THEN 'lease_lost'
             ELSE 'ok' END AS verdict,
        {columns},
-       coalesce((SELECT expires_at FROM done), (SELECT expires_at FROM sel)) AS expires_at,
-       (SELECT cardinality(token_ids) FROM sel) - (SELECT count(*) FROM live) AS missing
+       coalesce((SELECT expires_at FROM done), x.expires_at) AS expires_at,
+       cardinality(x.token_ids) - (SELECT count(*) FROM live) AS missing{row}
 """
 
 
@@ -264,6 +264,7 @@ def _lease_statement(template: str, durable: bool) -> str:
         commit="" if durable else ASYNC_COMMIT,
         selection=SELECTION.format(after="" if durable else ", commit_mode", owner=OWNER),
         columns=SELECTION_COLUMNS,
+        row=SELECTION_ROW,
         # Released funds may be what requests of its keys wait for: wake those queues' heads.
         wake=wake(keys=KEYS, when="EXISTS (SELECT FROM freed)"),
     )
@@ -272,7 +273,9 @@ def _lease_statement(template: str, durable: bool) -> str:
 ANY_OWNER = """s.wallet IN (SELECT c.wallet FROM tokens_txclaim c
                        WHERE (%(namespace)s::text IS NULL OR c.namespace = %(namespace)s::text)
                          AND c.tx_id = %(tx_id)s::text)"""
-READ_ANY = READ.format(columns=SELECTION_COLUMNS, wallet=ANY_OWNER)
-READ = READ.format(columns=SELECTION_COLUMNS, wallet="s.wallet = ({owner})".format(owner=OWNER))
+READ_ANY = READ.format(columns=SELECTION_COLUMNS, row=SELECTION_ROW, wallet=ANY_OWNER)
+READ = READ.format(
+    columns=SELECTION_COLUMNS, row=SELECTION_ROW, wallet="s.wallet = ({owner})".format(owner=OWNER)
+)
 RELEASE_STATEMENTS = {durable: _lease_statement(RELEASE, durable) for durable in (False, True)}
 EXTEND_STATEMENTS = {durable: _lease_statement(EXTEND, durable) for durable in (False, True)}
