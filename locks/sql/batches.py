@@ -2,8 +2,9 @@
 
 In quantity order (the strategies smallest_first and fewest_tokens, and a random selection's
 fetch after a short batch), what a batch that cannot cover the need stands for, and taken as of
-the moment of each lock, a covering run at a time (a contested wallet). ``locks.sql.locking``
-composes them into its ``LockStatement`` variants, with ``str.format`` only.
+the moment of each lock, a covering run at a time (a contested wallet); and the window the
+choosing strategies (exact, consolidate) read. ``locks.sql.locking`` composes them into its
+statements, with ``str.format`` only.
 """
 
 from __future__ import annotations
@@ -70,3 +71,25 @@ wanted AS (
     FROM tokens_token t
     WHERE t.id IN (SELECT id FROM chosen) AND {unspent_of_key}
 ),"""
+
+# The window of a choosing strategy (exact, consolidate), read without locking anything: up to
+# %(smallest)s of the smallest free tokens of the wallet and up to %(largest)s of the largest
+# not above %(cap)s (any, when NULL), ties in random order. The selector chooses a set from it
+# and locks that with the try-lock statement, which re-checks every token.
+WINDOW = """
+WITH smallest AS (
+    SELECT t.id, t.quantity FROM tokens_token t
+    WHERE {unspent_of_key} AND {free}
+    ORDER BY t.quantity, random()
+    LIMIT %(smallest)s::int
+),
+largest AS (
+    SELECT t.id, t.quantity FROM tokens_token t
+    WHERE {unspent_of_key} AND {free}
+      AND (%(cap)s::numeric IS NULL OR t.quantity <= %(cap)s::numeric)
+    ORDER BY t.quantity DESC, random()
+    LIMIT %(largest)s::int
+),
+seen AS (SELECT id, quantity FROM smallest UNION SELECT id, quantity FROM largest)
+SELECT array_agg(id ORDER BY id), array_agg(quantity ORDER BY id) FROM seen
+"""

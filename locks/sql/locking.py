@@ -255,27 +255,8 @@ FRESH_CHOICES = {
     for ordered, choice in ((False, FETCH_CHOICE), (True, FETCH_ORDERED_CHOICE))
 }
 
-# The window of a choosing strategy (exact, consolidate), read without locking anything: up to
-# %(smallest)s of the smallest free tokens of the wallet and up to %(largest)s of the largest
-# not above %(cap)s (any, when NULL), ties in random order. The selector chooses a set from it
-# and locks that with the try-lock statement, which re-checks every token.
-CANDIDATES = """
-WITH smallest AS (
-    SELECT t.id, t.quantity FROM tokens_token t
-    WHERE {unspent_of_key} AND {free}
-    ORDER BY t.quantity, random()
-    LIMIT %(smallest)s::int
-),
-largest AS (
-    SELECT t.id, t.quantity FROM tokens_token t
-    WHERE {unspent_of_key} AND {free}
-      AND (%(cap)s::numeric IS NULL OR t.quantity <= %(cap)s::numeric)
-    ORDER BY t.quantity DESC, random()
-    LIMIT %(largest)s::int
-),
-seen AS (SELECT id, quantity FROM smallest UNION SELECT id, quantity FROM largest)
-SELECT array_agg(id ORDER BY id), array_agg(quantity ORDER BY id) FROM seen
-""".format(unspent_of_key=UNSPENT_OF_KEY, free=FREE)
+# The window of a choosing strategy (exact, consolidate): locks.sql.batches, WINDOW.
+CANDIDATES = batches.WINDOW.format(unspent_of_key=UNSPENT_OF_KEY, free=FREE)
 
 # The selection row of a selection made by a strategy other than the default names it (the
 # default's leaves the column to its default, 'random').
@@ -338,8 +319,8 @@ def _compose(variant: LockStatement) -> str:
         fetched=FETCH_EXTRA.format(**fill) if variant.fetch else "",
         outcome=RESULT_RECORDED.format(**fill) if variant.record else RESULT_PLAIN,
     ) + (RESULT_METERED if variant.metered else "")
-    looked = "looked" if variant.fresh else "chosen"
-    result += RESULT_FROM.format(spare=SPARE.format(looked=looked) if variant.fetch else "")
+    spare = SPARE.format(looked="looked" if variant.fresh else "chosen")
+    result += RESULT_FROM.format(spare=spare if variant.fetch else "")
     return LOCK.format(ctes=ctes.rstrip(","), result=result)
 
 
