@@ -1,4 +1,4 @@
-"""Where the cores go during a point: the CPU time of each group of processes, from ``/proc``.
+"""Where the cores go during a point: the CPU time of each group of processes (psutil).
 
 A point's processes fall into groups (the replicas or the load processes, the web server, the
 PostgreSQL server); ``Window`` reads each group's user + system time when the point's clock
@@ -8,55 +8,38 @@ within it is lost (none of the groups' processes does so during a point).
 
 The PostgreSQL group is the server's postmaster and everything under it (backends, WAL writer,
 checkpointer), found from a backend's parent: a server on another host or in another PID
-namespace has no group, and the report says nothing of it. Without ``/proc`` there is nothing
-to read, and ``Window.result`` is empty.
+namespace has no group, and the report says nothing of it. Where processes' CPU times cannot
+be read there is nothing to report, and ``Window.result`` is empty.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
-PROC = Path("/proc")
-TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+import psutil
 
 Group = Callable[[], Iterable[int]]
-
-
-def _stat(pid: int) -> list[str] | None:
-    """Return the fields of ``/proc/<pid>/stat`` after the command name, or None if gone."""
-    try:
-        text = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    # The command name is in parentheses and may hold spaces or parentheses itself.
-    return text.rpartition(")")[2].split()
+GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
 
 
 def cpu_seconds(pid: int) -> float | None:
     """Return the user + system CPU time of ``pid`` (not of its children), None if gone."""
-    fields = _stat(pid)
-    if fields is None:
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except GONE:
         return None
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14, 15)
+    return times.user + times.system
 
 
 def with_descendants(pid: int) -> list[int]:
     """Return ``pid`` and every live process under it."""
-    children: dict[int, list[int]] = {}
-    for entry in PROC.iterdir():
-        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))  # ppid (field 4)
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        todo.extend(children.get(current, []))
-    return found
+    try:
+        return [pid] + [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except GONE:
+        return [pid]
 
 
 def postgres_server(connection) -> int | None:
@@ -64,15 +47,12 @@ def postgres_server(connection) -> int | None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         backend = cursor.fetchone()[0]
-    fields = _stat(backend)
-    if fields is None:
-        return None
-    parent = int(fields[1])
     try:
-        command = (PROC / str(parent) / "cmdline").read_bytes()
-    except OSError:
+        parent = psutil.Process(backend).parent()
+        command = parent.cmdline() if parent is not None else []
+    except GONE:
         return None
-    return parent if b"postgres" in command else None
+    return parent.pid if parent is not None and "postgres" in " ".join(command) else None
 
 
 @functools.cache
@@ -134,5 +114,5 @@ def describe(ms_per_selection: dict[str, float]) -> str:
 
 
 def available() -> bool:
-    """Tell whether this host has ``/proc`` to read."""
-    return (PROC / str(os.getpid()) / "stat").exists()
+    """Tell whether this host lets processes' CPU times be read."""
+    return cpu_seconds(psutil.Process().pid) is not None

@@ -9,7 +9,7 @@ from bench import cpu
 
 pytestmark = [
     pytest.mark.django_db,
-    pytest.mark.skipif(not cpu.available(), reason="needs /proc"),
+    pytest.mark.skipif(not cpu.available(), reason="cannot read processes' CPU times"),
 ]
 
 

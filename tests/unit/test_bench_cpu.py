@@ -1,4 +1,4 @@
-"""bench.cpu: the CPU time a point's groups of processes used, read from /proc."""
+"""bench.cpu: the CPU time a point's groups of processes used, read with psutil."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from bench import cpu
 
-pytestmark = pytest.mark.skipif(not cpu.available(), reason="needs /proc")
+pytestmark = pytest.mark.skipif(not cpu.available(), reason="cannot read processes' CPU times")
 
 BUSY = "import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end: pass\n"
 
