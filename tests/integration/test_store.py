@@ -363,9 +363,9 @@ def test_concurrent_fetches_skip_each_others_rows_instead_of_waiting(db_url):
 
 
 @pytest.mark.parametrize("need", [25, 35])
-def test_a_contested_walk_passes_over_a_token_being_taken_and_stops_at_its_batch_end(db_url, need):
+def test_a_contested_take_passes_over_a_token_being_taken_and_stops_at_its_batch_end(db_url, need):
     # Four free tokens of 10 in the snapshot; another transaction holds one's row, as a lock
-    # insert does until it commits. The walk steps past it to the other three.
+    # insert does until it commits. The take steps past it to the other three.
     tokens = make_tokens(4, quantity=10)
     holder = _connect(db_url)
     try:
@@ -377,7 +377,7 @@ def test_a_contested_walk_passes_over_a_token_being_taken_and_stops_at_its_batch
         others = {t.pk for t in tokens} - {tokens[1].pk}
         taken = {c.token_id for c in result.granted}
         assert set(TokenLock.objects.values_list("token_id", flat=True)) == taken
-        # Three of 10 cover 25; for 35 the walk takes all three it can and ends with its batch
+        # Three of 10 cover 25; for 35 the take gets all three it can and ends with its batch
         # (the selector refetches for the rest). Passed-over tokens are not offered: no conflict.
         assert taken == others and result.conflicts == 0 and result.shortfall is None
     finally:
