@@ -19,9 +19,11 @@ import threading
 import weakref
 from typing import Any
 
+import orjson
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 from psycopg.types.datetime import TimestamptzLoader
+from psycopg.types.json import set_json_loads
 from psycopg.types.numeric import Int8Dumper
 
 from common.knobs import knobs
@@ -88,6 +90,10 @@ def cursor(using: str = DEFAULT_DB_ALIAS, threshold: int | None = -1) -> psycopg
         # parses in Python and then labels the wall time UTC, which is right only while the
         # server session's TimeZone is UTC (a pooler's shared session may carry another).
         found.adapters.register_loader("timestamptz", TimestamptzLoader)
+        # The statements answer tokens as JSON arrays of ids, indexes, names and quantities
+        # (integers of at most 64 bits, which orjson reads exactly), three to ten times faster
+        # read by orjson than by the standard library.
+        set_json_loads(orjson.loads, found)
         with _lock:
             _cursors[raw] = found
     return found
