@@ -18,6 +18,7 @@ wallet's selections then update several rows instead of queueing on one.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -74,6 +75,10 @@ def parse_rate(value: object) -> Rate | None:
     if period <= 0:
         raise ValueError(f"rate limit {value!r} needs a positive period")
     return Rate(count, period)
+
+
+# What selection_buckets reads at every request: the few configured strings, parsed once each.
+_parsed_rate = functools.lru_cache(maxsize=64)(parse_rate)
 
 
 def configured_rates() -> dict[str, Rate]:
@@ -255,12 +260,12 @@ def selection_buckets(request) -> dict[str, Rate]:
     if key is None:
         return {}
     out = {}
-    if rate := parse_rate(limits.get("selections_per_key")):
+    if rate := _parsed_rate(limits.get("selections_per_key")):
         out[f"selections_per_key:{key.prefix}"] = rate
     data = request.data
     wallet = data.get("wallet") if isinstance(data, dict) else None
     if (
-        (rate := parse_rate(limits.get("selections_per_wallet")))
+        (rate := _parsed_rate(limits.get("selections_per_wallet")))
         and is_identifier(wallet)
         and key.may_use(wallet)
     ):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 from sherdlock import STRATEGIES, SelectionStats
@@ -97,6 +99,18 @@ for _strategy in STRATEGIES:
         STRATEGY_SELECTIONS.labels(strategy=_strategy, outcome=_outcome)
 
 
+_children: dict[tuple[object, ...], Any] = {}
+
+
+def _labelled(metric: Any, *values: str) -> Any:
+    """Return ``metric.labels(*values)``, kept: labels() checks and looks them up every call."""
+    key = (metric, *values)
+    child = _children.get(key)
+    if child is None:
+        child = _children.setdefault(key, metric.labels(*values))
+    return child
+
+
 def record_selection(
     seconds: float,
     outcome: str,
@@ -110,14 +124,14 @@ def record_selection(
     A successful one gives its ``selection`` (a ``locks.models.Selection``): its strategy,
     inputs and change are counted.
     """
-    SELECTION_DURATION.labels(outcome=outcome).observe(seconds)
-    SELECTIONS.labels(outcome=outcome).inc()
+    _labelled(SELECTION_DURATION, outcome).observe(seconds)
+    _labelled(SELECTIONS, outcome).inc()
     if selection is not None:
         strategy = getattr(selection, "strategy", strategy)
-        STRATEGY_INPUTS.labels(strategy=strategy).inc(len(selection.token_ids))  # type: ignore[attr-defined]
+        _labelled(STRATEGY_INPUTS, strategy).inc(len(selection.token_ids))  # type: ignore[attr-defined]
         change = selection.total - selection.quantity  # type: ignore[attr-defined]
-        STRATEGY_CHANGE.labels(strategy=strategy).inc(float(change))
-    STRATEGY_SELECTIONS.labels(strategy=strategy, outcome=outcome).inc()
+        _labelled(STRATEGY_CHANGE, strategy).inc(float(change))
+    _labelled(STRATEGY_SELECTIONS, strategy, outcome).inc()
     if stats is None:
         return
     SELECTION_RETRIES.inc(max(0, stats.rounds - 1))

@@ -245,7 +245,7 @@ def _selection(
         "spent": Selection.Status.SPENT,
         "released": Selection.Status.RELEASED,
     }.get(verdict, Selection.Status.LOCKED)
-    selection = Selection(
+    selection = Selection.answered(
         id=row["id"],
         namespace=namespace,
         tx_id=tx_id,

@@ -230,6 +230,23 @@ class SpendResultSerializer(SelectionSerializer):
         return [_OUTPUT_TOKEN.to_representation(token) for token in outputs]
 
 
+# One instance of each answers every request: DRF sets a serializer up afresh for each instance
+# (its fields' error messages, walked up the class tree), which cost more than writing the answer.
+# Their representations read nothing of the instance but its empty context.
+_SELECTION = SelectionSerializer()
+_SPEND_RESULT = SpendResultSerializer()
+
+
+def selection_body(selection: Selection) -> dict:
+    """Return one selection's answer (select, read, release, extend)."""
+    return _SELECTION.to_representation(selection)
+
+
+def spend_body(selection: Selection) -> dict:
+    """Return a spent selection's answer with the outputs its spend created."""
+    return _SPEND_RESULT.to_representation(selection)
+
+
 class LockSerializer(serializers.ModelSerializer):
     """A row of the lock table with its token."""
 

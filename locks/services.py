@@ -146,7 +146,7 @@ def _select_once(
     # The PostgreSQL store stamps leases with the database clock.
     assert isinstance(picked.expires_at, datetime)
     wallet, currency = key.wallet, key.currency
-    selection = Selection(
+    selection = Selection.answered(
         id=record.id,
         namespace=namespace,
         tx_id=tx_id,

@@ -102,3 +102,20 @@ def test_partial_index_covers_the_candidate_query():
         (definition,) = cursor.fetchone()
     assert "(wallet, currency, id) INCLUDE (quantity)" in definition
     assert definition.endswith("WHERE (spent_at IS NULL)")
+
+
+def test_a_selection_built_from_a_statement_row_is_the_row_the_orm_reads():
+    from locks.services import select_tokens
+
+    make_token(wallet="w", quantity=9)
+    answered, _ = select_tokens("t-row", "w", "USD", 4)
+    read = Selection.objects.get(tx_id="t-row")
+    for field in Selection._meta.concrete_fields:
+        if field.attname != "output_ids":  # the answer leaves it at its default, as written
+            assert getattr(answered, field.attname) == getattr(read, field.attname), field.name
+    assert answered.output_ids == read.output_ids == []
+    assert not answered._state.adding  # it is in the database
+    given = {f.attname: getattr(read, f.attname) for f in Selection._meta.concrete_fields}
+    del given["token_ids"], given["output_ids"]
+    one, other = Selection.answered(**given), Selection.answered(**given)
+    assert one.token_ids == other.token_ids == [] and one.token_ids is not other.token_ids

@@ -16,6 +16,8 @@ from locks.serializers import (
     SelectedTokenSerializer,
     SelectionSerializer,
     SpendResultSerializer,
+    selection_body,
+    spend_body,
 )
 from locks.services import (
     get_selection,
@@ -70,6 +72,8 @@ def test_selection_answers_match_the_field_by_field_rendering():
         serializer_class = SpendResultSerializer if spent else SelectionSerializer
         written = dict(serializer_class(selection).data)
         assert written == by_fields(serializer_class, selection), situation
+        # The views answer through one shared serializer; it says the same.
+        assert (spend_body if spent else selection_body)(selection) == written, situation
         assert written["tokens"], situation  # the comparison saw tokens
         assert not spent or written["outputs"], situation  # and outputs
 
@@ -89,3 +93,18 @@ def test_times_follow_the_current_time_zone_as_drf_does():
         written = dict(SelectionSerializer(selection).data)
         assert written == by_fields(SelectionSerializer, selection)
     assert written["created_at"].endswith("-03:00")
+
+
+def test_the_largest_quantities_are_answered_exactly():
+    """Select, release, select again and spend a token of 2**64-1: every answer, read from
+    each statement's JSON, names it exactly."""
+    big = 2**64 - 1
+    make_tokens(2, wallet="dave", quantity=big)
+    selected, _ = select_tokens("t-big", "dave", "USD", big)
+    released = release_selection("t-big").selection
+    select_tokens("t-big-2", "dave", "USD", big)
+    spent = spend_selection("t-big-2", [TokenSpec("t-big-2", 0, "erin", "USD", big)]).selection
+    for answer in (selection_body(selected), selection_body(released), spend_body(spent)):
+        assert answer["total"] == str(big)
+        assert [token["quantity"] for token in answer["tokens"]] == [str(big)]
+    assert [output["quantity"] for output in spend_body(spent)["outputs"]] == [str(big)]
