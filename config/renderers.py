@@ -14,7 +14,8 @@ _OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME
 class JSONRenderer(renderers.JSONRenderer):
     """DRF's JSON renderer, with orjson writing the usual compact, UTF-8 answer.
 
-    The standard library's encoder took about a twentieth of a selection cycle's server CPU.
+    The standard library's encoder took 2-3% of a select + spend/release cycle's samples in
+    Django's handler; orjson writes an answer about ten times faster.
     Answers are written the way DRF's renderer writes them under the shipped settings (compact,
     not ASCII-escaped, U+2028 and U+2029 escaped); what orjson does not write itself (Decimal,
     datetimes, lazy strings, querysets) goes through DRF's encoder, as before. An indented
