@@ -77,13 +77,13 @@ def parse_rate(value: object) -> Rate | None:
     return Rate(count, period)
 
 
-# What selection_buckets reads at every request: the few configured strings, parsed once each.
+# The few configured strings, parsed once each (selection_buckets reads them at every request).
 _parsed_rate = functools.lru_cache(maxsize=64)(parse_rate)
 
 
 def configured_rates() -> dict[str, Rate]:
     """Return the enabled limits by scope (a bucket key starts with "<scope>:")."""
-    rates = {scope: parse_rate(value) for scope, value in settings.SHERDLOCK_RATE_LIMITS.items()}
+    rates = {scope: _parsed_rate(value) for scope, value in settings.SHERDLOCK_RATE_LIMITS.items()}
     return {scope: rate for scope, rate in rates.items() if rate is not None}
 
 

@@ -235,7 +235,8 @@ def selection_location(tx_id: str) -> str:
 
 @functools.lru_cache(maxsize=16)
 def _location_around(script_prefix: str) -> tuple[str, str]:
-    head, _, tail = reverse("selection-detail", args=[_TX_ID_MARKER]).partition(_TX_ID_MARKER)
+    # The last occurrence is the id's: a script prefix could hold the marker too.
+    head, _, tail = reverse("selection-detail", args=[_TX_ID_MARKER]).rpartition(_TX_ID_MARKER)
     return head, tail
 
 

@@ -18,7 +18,7 @@ def test_a_selection_url_is_the_one_reverse_gives(tx_id):
 
 
 @pytest.mark.parametrize("tx_id", ["tx-1", "a b", "100%", "?#&=", "é/x", "ü", "~:@!$'()*+,;"])
-@pytest.mark.parametrize("script_prefix", ["/", "/wallets/"])
+@pytest.mark.parametrize("script_prefix", ["/", "/wallets/", "/tx-id/"])
 def test_a_selection_url_keeps_the_script_prefix_and_quotes_as_reverse_does(tx_id, script_prefix):
     before = get_script_prefix()
     set_script_prefix(script_prefix)
