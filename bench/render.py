@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import cpu, selection_strategies
+from bench import cpu, selection_strategies, web_server
 from bench.strategies import ALL, BASELINES, HTTP, OURS
 
 
@@ -56,12 +56,13 @@ def http_table(pairs: list[dict]) -> list[str]:
     head = (
         f"{'workload':<11}{'R':>3}  {'http sel/s':>10}{'lib sel/s':>10}{'ratio':>7}"
         f"{'http p99':>10}{'lib p99':>9}{'ratio':>7}{'429':>6}{'5xx':>5}{'dbl':>4}"
-        f"{'leak':>5}{'healthz c/s':>12}{'÷':>6}"
+        f"{'leak':>5}{'healthz c/s':>12}{'÷':>6}{'conns':>8}"
     )
     lines = [
         "",
         "HTTP path (ours-http ÷ ours in the library, same workload and R; healthz c/s = cycles/s"
-        " of two GET /healthz, what the web stack allows; ÷ = http sel/s ÷ that):",
+        " of two GET /healthz, what the web stack allows; ÷ = http sel/s ÷ that; conns = the load"
+        " processes' connections held by each web worker):",
         head,
         "-" * len(head),
     ]
@@ -74,6 +75,7 @@ def http_table(pairs: list[dict]) -> list[str]:
             f"{_num(r['p99'], 2):>7}{h.get('rate_limited', 0):>6}{h.get('server_errors', 0):>5}"
             f"{_num(h['double_spends'], 0):>4}{_num(h['leaked_locks'], 0):>5}"
             f"{_num(h.get('framework_cycles_per_s')):>12}{_num(r.get('of_framework'), 2):>6}"
+            f"{web_server.describe_split(h.get('connections_per_worker')):>8}"
         )
     lines += cpu_lines(pairs)
     return lines

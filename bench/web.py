@@ -229,7 +229,12 @@ def measure(
     server = web_server.Server(workers, log)
     windows = []
 
+    split: list[int] = []
+
     def started(load: list[int]) -> None:
+        split.extend(server.connections_per_worker())
+        if not cpu.available():
+            return
         groups = {"web": lambda: cpu.with_descendants(server.process.pid), "load": lambda: load}
         windows.append(
             cpu.Window({**groups, **cpu.server_groups()}, now := time.monotonic(), now + duration)
@@ -241,7 +246,7 @@ def measure(
             [(server.port, key, workload, i, seed * 1000 + i) for i in range(clients)],
             duration,
             timeout=duration + 120,
-            on_start=started if cpu.available() else None,
+            on_start=started,
         )
         records = [r for put in puts for r in put]
         metrics = server.metrics()
@@ -265,6 +270,7 @@ def measure(
     point["metrics"] = metrics
     point["framework_cycles_per_s"] = round(framework, 1)
     point["cpu_ms_per_selection"] = windows[0].result(point["selections"]) if windows else {}
+    point["connections_per_worker"] = split
     return point
 
 
@@ -325,6 +331,8 @@ def run_all(args, harness, make_workload, say) -> tuple[list[dict], str | None]:
                     f"{library['latency_ms']['p99'] or 0:.1f}), 429: {point['rate_limited']}, "
                     f"5xx: {point['server_errors']}; /healthz cycles/s "
                     f"{point['framework_cycles_per_s']:.1f}; "
+                    f"connections per worker "
+                    f"{web_server.describe_split(point['connections_per_worker'])}; "
                     f"cpu ms/sel: {cpu.describe(point['cpu_ms_per_selection'])} (library: "
                     f"{cpu.describe(library.get('cpu_ms_per_selection', {}))})"
                 )

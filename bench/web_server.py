@@ -10,6 +10,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
+
 from bench import strategies
 from bench.strategies import HTTP
 
@@ -76,6 +78,32 @@ class Server:
                 counts[outcome] = counts.get(outcome, 0) + float(line.rsplit(" ", 1)[1])
         return counts
 
+    def connections_per_worker(self) -> list[int]:
+        """Return how many client connections each worker holds, most first.
+
+        A kept-alive connection stays with the worker that accepted it, so a few load
+        processes can split unevenly between the workers: at R = 4, all four on one worker
+        halved the HTTP point (docs/performance.md, "How the load's connections split between
+        the web workers"). Empty where the workers cannot be read.
+        """
+        try:
+            workers = psutil.Process(self.process.pid).children()
+        except psutil.Error:
+            return []
+        counts = []
+        for worker in workers:
+            try:
+                sockets = worker.net_connections(kind="tcp")
+            except psutil.Error:
+                return []
+            counts.append(
+                sum(
+                    s.status == psutil.CONN_ESTABLISHED and s.laddr and s.laddr.port == self.port
+                    for s in sockets
+                )
+            )
+        return sorted(counts, reverse=True)
+
     def stop(self) -> None:
         """Stop the server and its workers."""
         if self.process.poll() is None:
@@ -86,3 +114,8 @@ class Server:
                 self.process.kill()
                 self.process.wait()
         self._metrics.cleanup()
+
+
+def describe_split(counts: list[int] | None) -> str:
+    """Write ``connections_per_worker`` as "3/1" ("-" when unknown)."""
+    return "/".join(map(str, counts or [])) or "-"

@@ -186,6 +186,9 @@ def test_the_http_points_pair_the_server_with_the_library(run):
         # What the web stack allows (two GET /healthz per cycle), measured on the same server.
         assert pair["http"]["framework_cycles_per_s"] > 0
         assert pair["ratios"]["of_framework"] > 0
+        # Each load process keeps one connection, held by one of the web workers.
+        split = pair["http"]["connections_per_worker"]
+        assert sum(split) == 2 and split == sorted(split, reverse=True), split
         # Where the cores went (bench.cpu): the web workers serve, the load processes only
         # send; in the library the replicas do what the workers do. PostgreSQL's share is
         # there when its server runs on this host, as the embedded one does.
