@@ -98,8 +98,9 @@ class Server:
                 return []
             counts.append(
                 sum(
-                    s.status == psutil.CONN_ESTABLISHED and s.laddr and s.laddr.port == self.port
+                    1
                     for s in sockets
+                    if s.status == psutil.CONN_ESTABLISHED and s.laddr and s.laddr.port == self.port
                 )
             )
         return sorted(counts, reverse=True)
