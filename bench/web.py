@@ -232,13 +232,19 @@ def measure(
     split: list[int] = []
 
     def started(load: list[int]) -> None:
+        # The CPU window first: its end must come before the load processes exit, as they
+        # stop ``duration`` after the barrier.
+        if cpu.available():
+            groups = {
+                "web": lambda: cpu.with_descendants(server.process.pid),
+                "load": lambda: load,
+            }
+            windows.append(
+                cpu.Window(
+                    {**groups, **cpu.server_groups()}, now := time.monotonic(), now + duration
+                )
+            )
         split.extend(server.connections_per_worker())
-        if not cpu.available():
-            return
-        groups = {"web": lambda: cpu.with_descendants(server.process.pid), "load": lambda: load}
-        windows.append(
-            cpu.Window({**groups, **cpu.server_groups()}, now := time.monotonic(), now + duration)
-        )
 
     try:
         puts = run_load(
