@@ -19,6 +19,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import lazy
 
+from clients.rates import parse_rate
 from common.knobs import Knobs
 from config import broker, embedded_db, local
 
@@ -301,12 +302,23 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "config.exceptions.exception_handler",
 }
 
+
 # Rolling limits on POST /api/v1/selections/ ("N/Ps": N per P seconds; "0" or "off" disables).
 # The defaults sit above what one service can serve (README, "Rate limits"): they stop a runaway
 # client, never a normal one.
+def rate_limit(variable: str, default: str) -> str:
+    """Read a rate limit from the environment, refusing one that does not parse."""
+    value = os.environ.get(variable, default)
+    try:
+        parse_rate(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{variable}={value!r}: {exc}") from None
+    return value
+
+
 SHERDLOCK_RATE_LIMITS = {
-    "selections_per_key": os.environ.get("SHERDLOCK_RATE_SELECTIONS_PER_KEY", "120000/60s"),
-    "selections_per_wallet": os.environ.get("SHERDLOCK_RATE_SELECTIONS_PER_WALLET", "60000/60s"),
+    "selections_per_key": rate_limit("SHERDLOCK_RATE_SELECTIONS_PER_KEY", "120000/60s"),
+    "selections_per_wallet": rate_limit("SHERDLOCK_RATE_SELECTIONS_PER_WALLET", "60000/60s"),
 }
 
 SPECTACULAR_SETTINGS = {

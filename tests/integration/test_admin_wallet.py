@@ -11,7 +11,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from clients.models import ApiKey
-from clients.throttling import Rate, consume
+from clients.rates import Rate
+from clients.throttling import consume
 from locks import replica as replica_module
 from locks.models import FailedSelection, LockAudit, Selection, TokenLock
 from locks.wallet import LIST_SIZE

@@ -9,7 +9,8 @@ from django.db.models import F
 from prometheus_client import REGISTRY
 
 from clients.models import RateBucket
-from clients.throttling import Rate, bucket_states, consume
+from clients.rates import Rate
+from clients.throttling import bucket_states, consume
 from locks import replica
 from locks.housekeeping import run_housekeeping
 

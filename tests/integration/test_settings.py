@@ -16,6 +16,7 @@ from config.settings import (
     database_settings,
     direct_database_url,
     prepare_threshold,
+    rate_limit,
 )
 from tests.helpers.processes import ROOT
 
@@ -166,6 +167,22 @@ def test_a_process_refuses_transaction_pooling_without_a_direct_url():
     result = _setup(DATABASE_URL="postgres://u@127.0.0.1:1/prod", DATABASE_POOLING="transaction")
     assert result.returncode != 0
     assert "needs DATABASE_DIRECT_URL" in result.stderr
+
+
+def test_rate_limits_are_read_from_the_environment(monkeypatch):
+    monkeypatch.setenv("SHERDLOCK_RATE_LIMIT_UNDER_TEST", "off")
+    assert rate_limit("SHERDLOCK_RATE_LIMIT_UNDER_TEST", "10/s") == "off"
+    monkeypatch.delenv("SHERDLOCK_RATE_LIMIT_UNDER_TEST")
+    assert rate_limit("SHERDLOCK_RATE_LIMIT_UNDER_TEST", "10/s") == "10/s"
+
+
+@pytest.mark.parametrize("value", ["100 per minute", "10/0s", "-5/60s"])
+def test_a_malformed_rate_limit_is_refused_as_the_process_starts(value):
+    result = _setup(
+        DATABASE_URL="postgres://u@127.0.0.1:1/prod", SHERDLOCK_RATE_SELECTIONS_PER_KEY=value
+    )
+    assert result.returncode != 0
+    assert "ImproperlyConfigured: SHERDLOCK_RATE_SELECTIONS_PER_KEY=" in result.stderr
 
 
 # -- importing the settings starts nothing ------------------------------------------------------

@@ -11,7 +11,8 @@ from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
 from clients.models import RateBucket
-from clients.throttling import Rate, consume, parse_rate
+from clients.rates import Rate, parse_rate
+from clients.throttling import consume
 from tests.helpers.api import counts, issue, select, token
 
 pytestmark = pytest.mark.django_db
