@@ -181,12 +181,21 @@ def framework_cycles(port: int, clients: int, duration: float) -> float:
     return sum(counts) / duration
 
 
-def run_load(target, leading: list[tuple], duration: float, timeout: float, on_start=None) -> list:
+def run_load(
+    target,
+    leading: list[tuple],
+    duration: float,
+    timeout: float,
+    on_start=None,
+    before_start=None,
+) -> list:
     """Run one load process per ``leading`` arguments, start them together, return their puts.
 
     Each process calls ``target(*leading[i], barrier, duration, results)``, waits at the
-    barrier, then puts one result. ``on_start(pids)``, if given, is called with the load
-    processes' PIDs as they pass the barrier, when their clocks start.
+    barrier, then puts one result. ``before_start(pids)``, if given, is called with the load
+    processes' PIDs once all of them wait at the barrier, before their clocks start: what it
+    costs the cores is not taken from the load. ``on_start(pids)``, if given, is called as they
+    pass the barrier, when their clocks start.
     """
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(len(leading) + 1), context.Queue()
@@ -196,6 +205,11 @@ def run_load(target, leading: list[tuple], duration: float, timeout: float, on_s
     ]
     for process in processes:
         process.start()
+    if before_start is not None:
+        deadline = time.monotonic() + web_server.READY_TIMEOUT
+        while barrier.n_waiting < len(processes) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        before_start([process.pid for process in processes])
     barrier.wait(timeout=web_server.READY_TIMEOUT)
     if on_start is not None:
         on_start([process.pid for process in processes])
@@ -231,9 +245,14 @@ def measure(
 
     split: list[int] = []
 
+    def waiting(load: list[int]) -> None:
+        # Counting takes tens of milliseconds of CPU on a loaded host: done while the load
+        # processes wait at the barrier, after their warm-up, it slows none of their requests.
+        split.extend(server.connections_per_worker())
+
     def started(load: list[int]) -> None:
-        # The CPU window first: its end must come before the load processes exit, as they
-        # stop ``duration`` after the barrier.
+        # The CPU window's end must come before the load processes exit, as they stop
+        # ``duration`` after the barrier.
         if cpu.available():
             groups = {
                 "web": lambda: cpu.with_descendants(server.process.pid),
@@ -244,7 +263,6 @@ def measure(
                     {**groups, **cpu.server_groups()}, now := time.monotonic(), now + duration
                 )
             )
-        split.extend(server.connections_per_worker())
 
     try:
         puts = run_load(
@@ -253,6 +271,7 @@ def measure(
             duration,
             timeout=duration + 120,
             on_start=started,
+            before_start=waiting,
         )
         records = [r for put in puts for r in put]
         metrics = server.metrics()
