@@ -4,8 +4,10 @@ A waiter is a row of ``locks_waiter``; the waiters of one wallet/currency are se
 order. Whatever may free that key's funds (a release, a spend paying into it, an issue, an
 expired lease removed) notifies the key's *head*, its oldest live waiter, on ``CHANNEL``, and
 only if the key has waiters: with nobody waiting the statements send nothing (a notifying
-commit is serialised with every other one). Joining and leaving the queue notify too, so every
-process knows each queue's head. Payload: ``{"wallet": w, "currency": c, "head": id | null}``.
+commit is serialised with every other one). Joining the queue notifies when the newcomer heads
+it (the key had no live waiter), leaving names the next head, so every process knows each
+queue's head; a newcomer behind others changes no head and tells nobody (the head it was
+answered is its own process's news). Payload: ``{"wallet": w, "currency": c, "head": id | null}``.
 Queue statements are committed asynchronously (``common.sql.ASYNC_COMMIT``): a crash of the
 database ends every wait anyway. Composed with ``str.format`` at import, like ``locking``; the
 statements that free funds take their ``woken`` CTE from ``wake``.
@@ -41,7 +43,8 @@ def wake(keys: str, when: str) -> str:
 
 
 # Join the queue of a key until a deadline; answer the waiter's id and the queue's head (the
-# new row is not yet visible to this statement's own reads, hence the least()).
+# new row is not yet visible to this statement's own reads, hence the least()). Only a waiter
+# that heads the queue is announced: behind others, the head stays what every process knows.
 JOIN = """
 WITH{commit}
 joined AS (
@@ -58,7 +61,7 @@ head AS (
                     AND expires_at > now())) AS id
 )
 SELECT (SELECT id FROM joined), (SELECT id FROM head),
-       {notify}
+       (SELECT {notify} WHERE (SELECT id FROM head) = (SELECT id FROM joined))
 """.format(
     commit=ASYNC_COMMIT,
     notify=NOTIFY_HEAD.format(

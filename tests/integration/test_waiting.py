@@ -39,9 +39,20 @@ def _join(wallet: str) -> int:
     return int(row[0])
 
 
+def test_only_a_waiter_that_heads_its_queue_is_announced(listener):
+    first = _join("w")
+    (payload,) = _notifications(listener)
+    assert f'"head" : {first}' in payload
+    second = _join("w")  # behind the first: no head changed
+    assert _notifications(listener) == []
+    db.execute(queries.LEAVE, {"id": first})
+    (payload,) = _notifications(listener)
+    assert f'"head" : {second}' in payload
+
+
 def test_a_served_waiter_leaves_without_naming_the_next_head(listener):
     first, second = _join("w"), _join("w")
-    _notifications(listener)  # the joins announce the head
+    _notifications(listener)  # the first join announces the head
 
     db.execute(queries.LEAVE_SERVED, {"id": first})
     assert _notifications(listener) == []  # the next head waits for what frees the funds
