@@ -303,9 +303,6 @@ REST_FRAMEWORK = {
 }
 
 
-# Rolling limits on POST /api/v1/selections/ ("N/Ps": N per P seconds; "0" or "off" disables).
-# The defaults sit above what one service can serve (README, "Rate limits"): they stop a runaway
-# client, never a normal one.
 def rate_limit(variable: str, default: str) -> str:
     """Read a rate limit from the environment, refusing one that does not parse."""
     value = os.environ.get(variable, default)
@@ -316,6 +313,9 @@ def rate_limit(variable: str, default: str) -> str:
     return value
 
 
+# Rolling limits on POST /api/v1/selections/ ("N/Ps": N per P seconds; "0" or "off" disables).
+# The defaults sit above what one service can serve (README, "Rate limits"): they stop a runaway
+# client, never a normal one.
 SHERDLOCK_RATE_LIMITS = {
     "selections_per_key": rate_limit("SHERDLOCK_RATE_SELECTIONS_PER_KEY", "120000/60s"),
     "selections_per_wallet": rate_limit("SHERDLOCK_RATE_SELECTIONS_PER_WALLET", "60000/60s"),
