@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from rest_framework.exceptions import Throttled
 
@@ -36,13 +37,28 @@ from clients.rates import Rate, parse_rate
 from common import db
 from common.rules import is_identifier
 
-# The few configured strings, parsed once each (selection_buckets reads them at every request).
-_parsed_rate = functools.lru_cache(maxsize=64)(parse_rate)
+# The few configured values, parsed once each (selection_buckets reads them at every request),
+# cached by their text: a value set by hand in a settings module may be any type.
+_parsed_text = functools.lru_cache(maxsize=64)(parse_rate)
+
+
+def configured_rate(limits: dict, scope: str) -> Rate | None:
+    """Return the limit of ``scope`` in ``limits`` (None: off), refusing one that does not parse.
+
+    The environment's values are checked as the settings load and a hand-set mapping by the
+    system checks (``clients.checks``); this names the setting if one gets through all the same.
+    """
+    value = limits.get(scope)
+    try:
+        return _parsed_text(str(value))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"SHERDLOCK_RATE_LIMITS[{scope!r}]: {exc}") from None
 
 
 def configured_rates() -> dict[str, Rate]:
     """Return the enabled limits by scope (a bucket key starts with "<scope>:")."""
-    rates = {scope: _parsed_rate(value) for scope, value in settings.SHERDLOCK_RATE_LIMITS.items()}
+    limits = settings.SHERDLOCK_RATE_LIMITS
+    rates = {scope: configured_rate(limits, scope) for scope in limits}
     return {scope: rate for scope, rate in rates.items() if rate is not None}
 
 
@@ -219,12 +235,12 @@ def selection_buckets(request) -> dict[str, Rate]:
     if key is None:
         return {}
     out = {}
-    if rate := _parsed_rate(limits.get("selections_per_key")):
+    if rate := configured_rate(limits, "selections_per_key"):
         out[f"selections_per_key:{key.prefix}"] = rate
     data = request.data
     wallet = data.get("wallet") if isinstance(data, dict) else None
     if (
-        (rate := _parsed_rate(limits.get("selections_per_wallet")))
+        (rate := configured_rate(limits, "selections_per_wallet"))
         and is_identifier(wallet)
         and key.may_use(wallet)
     ):

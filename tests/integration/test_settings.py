@@ -5,8 +5,11 @@ import subprocess
 import sys
 
 import pytest
+from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
+from clients.rates import Rate
+from clients.throttling import configured_rates
 from common.knobs import Knobs, knobs
 from config import embedded_db
 from config.settings import (
@@ -183,6 +186,40 @@ def test_a_malformed_rate_limit_is_refused_as_the_process_starts(value):
     )
     assert result.returncode != 0
     assert "ImproperlyConfigured: SHERDLOCK_RATE_SELECTIONS_PER_KEY=" in result.stderr
+
+
+def _rate_limit_messages() -> dict[str, str]:
+    return {m.id: m.msg for m in checks.run_checks() if m.id.startswith("clients.")}
+
+
+def test_the_shipped_rate_limits_pass_the_system_checks():
+    assert _rate_limit_messages() == {}
+
+
+def test_hand_set_rate_limits_are_checked_before_the_service_serves(settings):
+    settings.SHERDLOCK_RATE_LIMITS = {
+        "selections_per_key": "100 per minute",
+        "selections_per_wallet": 0,  # off, as "0" is
+        "selections_per_ip": "10/s",
+    }
+    messages = _rate_limit_messages()
+    assert set(messages) == {"clients.E002", "clients.W001"}
+    assert "['selections_per_key']" in messages["clients.E002"]
+    assert "'selections_per_ip'" in messages["clients.W001"]
+    settings.SHERDLOCK_RATE_LIMITS = ["600/60s"]
+    assert set(_rate_limit_messages()) == {"clients.E001"}
+
+
+def test_a_bad_hand_set_rate_limit_names_the_setting_when_read(settings):
+    settings.SHERDLOCK_RATE_LIMITS = {"selections_per_key": ["600/60s"], "selections_per_wallet": 0}
+    named = r"SHERDLOCK_RATE_LIMITS\['selections_per_key'\]"
+    with pytest.raises(ImproperlyConfigured, match=named):
+        configured_rates()
+    settings.SHERDLOCK_RATE_LIMITS = {"selections_per_key": 600, "selections_per_wallet": None}
+    with pytest.raises(ImproperlyConfigured, match="not of the form"):
+        configured_rates()
+    settings.SHERDLOCK_RATE_LIMITS = {"selections_per_key": "600/60s", "selections_per_wallet": 0}
+    assert configured_rates() == {"selections_per_key": Rate(600, 60.0)}
 
 
 # -- importing the settings starts nothing ------------------------------------------------------
