@@ -81,10 +81,12 @@ class Server:
     def connections_per_worker(self) -> list[int]:
         """Return how many client connections each worker holds, most first.
 
-        A kept-alive connection stays with the worker that accepted it, so a few load
-        processes can split unevenly between the workers: at R = 4, all four on one worker
-        halved the HTTP point (docs/performance.md, "How the load's connections split between
-        the web workers"). Empty where the workers cannot be read.
+        A kept-alive connection stays with the worker that accepted it until the server closes
+        it (``WEB_KEEPALIVE_REQUESTS``), so a few load processes can start split unevenly
+        between the workers: at R = 4, all four on one worker halved the HTTP point until the
+        server closed connections after their hundredth request (docs/performance.md, "How the
+        load's connections split between the web workers"). Empty where the workers cannot be
+        read.
         """
         try:
             workers = psutil.Process(self.process.pid).children()
