@@ -40,6 +40,7 @@ KEEPALIVE_REQUESTS = requests_per_connection(os.environ.get("WEB_KEEPALIVE_REQUE
 
 def pre_request(worker, req) -> None:
     """Close the connection after this request if it is its ``KEEPALIVE_REQUESTS``-th."""
+    worker.log.debug("%s %s", req.method, req.path)  # what gunicorn's own hook does
     number = getattr(req, "req_number", 0)  # HTTP/1.1 only: a request's place on its connection
     if KEEPALIVE_REQUESTS and number and number % KEEPALIVE_REQUESTS == 0:
         req.must_close = True
