@@ -81,12 +81,12 @@ class Server:
     def connections_per_worker(self) -> list[int]:
         """Return how many client connections each worker holds, most first.
 
-        A kept-alive connection stays with the worker that accepted it until the server closes
-        it (``WEB_KEEPALIVE_REQUESTS``), so a few load processes can start split unevenly
-        between the workers: at R = 4, all four on one worker halved the HTTP point until the
-        server closed connections after their hundredth request (docs/performance.md, "How the
-        load's connections split between the web workers"). Empty where the workers cannot be
-        read.
+        A kept-alive connection stays with the worker that accepted it until a worker holding
+        more than its share closes it (``WEB_REBALANCE_REQUESTS``), so a few load processes
+        can start split unevenly between the workers: at R = 4, all four on one worker cost
+        the HTTP point a third of its selections until the workers evened the split out
+        (docs/performance.md, "How the load's connections split between the web workers").
+        Empty where the workers cannot be read.
         """
         try:
             workers = psutil.Process(self.process.pid).children()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 
 # Threaded workers: a request waiting for held funds (Prefer: wait) parks a thread, not a
@@ -19,30 +20,56 @@ limit_request_line = 8190
 MAX_REQUEST_LINE = limit_request_line
 
 
-def requests_per_connection(value: str | None) -> int:
-    """Read ``WEB_KEEPALIVE_REQUESTS``: requests served on one connection before it is closed."""
+def rebalance_requests(value: str | None) -> int:
+    """Read ``WEB_REBALANCE_REQUESTS``: how often a connection may be moved (0: never)."""
     text = (value or "100").strip()
     if not text.isdigit():
         raise ValueError(
-            f"WEB_KEEPALIVE_REQUESTS={value!r}: give a number of requests, or 0 never to close"
+            f"WEB_REBALANCE_REQUESTS={value!r}: give a number of requests, or 0 never to move "
+            "a connection"
         )
     return int(text)
 
 
 # A kept-alive connection stays with the worker that accepted it, and a worker that is idle
 # when a few clients connect may take them all, leaving the other worker's core idle for as
-# long as they stay connected (README, "Running it"). After this many requests a connection is
-# answered "Connection: close" and its client reconnects, as HTTP clients do; the worker whose
-# thread is free accepts first, so a lopsided split evens out within seconds under load. As
-# nginx's keepalive_requests; 0 keeps a connection for as long as its client does.
-KEEPALIVE_REQUESTS = requests_per_connection(os.environ.get("WEB_KEEPALIVE_REQUESTS"))
+# long as they stay connected (README, "Running it"). So every REBALANCE_REQUESTS-th request
+# of a connection, if its worker holds more than its share of all the workers' connections, is
+# answered "Connection: close": the client reconnects, as HTTP clients do, and the less busy
+# worker tends to accept. A worker at its share never closes, so an even split stays put.
+REBALANCE_REQUESTS = rebalance_requests(os.environ.get("WEB_REBALANCE_REQUESTS"))
+
+# Each worker's connection count, where every worker can read it: shared memory made before
+# the workers fork, a slot per worker (by its spawn number, ``worker.age``). A slot is written
+# only by its worker, as it serves a request, and zeroed when the worker exits; a stale count
+# only makes the others' share look larger, which closes nothing.
+SLOTS = 256
+_connections = memoryview(mmap.mmap(-1, 8 * SLOTS)).cast("q")
+
+
+def _slot(worker) -> int:
+    return int(worker.age) % SLOTS
+
+
+def over_share(mine: int, everyone: int, workers: int) -> bool:
+    """Tell whether a worker holding ``mine`` of ``everyone``'s connections holds too many."""
+    return mine > -(-everyone // max(workers, 1))  # more than the even split, rounded up
 
 
 def pre_request(worker, req) -> None:
-    """Close the connection after this request if it is its ``KEEPALIVE_REQUESTS``-th."""
+    """Move this request's connection if its worker holds more than its share (see above)."""
     worker.log.debug("%s %s", req.method, req.path)  # what gunicorn's own hook does
-    number = getattr(req, "req_number", 0)  # HTTP/1.1 only: a request's place on its connection
-    if KEEPALIVE_REQUESTS and number and number % KEEPALIVE_REQUESTS == 0:
+    mine = getattr(worker, "nr_conns", None)  # the threaded worker's count of its connections
+    if mine is None:
+        return
+    _connections[_slot(worker)] = mine
+    number = getattr(req, "req_number", 0)  # HTTP/1.1: the request's place on its connection
+    if (
+        REBALANCE_REQUESTS
+        and number
+        and number % REBALANCE_REQUESTS == 0
+        and over_share(mine, sum(_connections), worker.cfg.workers)
+    ):
         req.must_close = True
 
 
@@ -53,7 +80,8 @@ def post_fork(server, worker) -> None:
 
 
 def child_exit(server, worker) -> None:
-    """Let the metrics of a finished worker stop counting as live (gauges) once it exits."""
+    """Forget a finished worker's connections; let its metrics stop counting as live (gauges)."""
+    _connections[_slot(worker)] = 0
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
 

@@ -22,12 +22,33 @@ def test_workers_follow_web_concurrency():
     assert option(web_command("python", "h", 1, {"WEB_CONCURRENCY": "3"}), "--workers") == "3"
 
 
-def test_requests_per_connection_are_read_and_checked():
-    from config.gunicorn import requests_per_connection
+def test_rebalancing_is_read_and_checked():
+    from config.gunicorn import rebalance_requests
 
-    assert requests_per_connection(None) == 100
-    assert requests_per_connection(" 7 ") == 7
-    assert requests_per_connection("0") == 0
+    assert rebalance_requests(None) == 100
+    assert rebalance_requests(" 7 ") == 7
+    assert rebalance_requests("0") == 0
     for bad in ("-1", "ten", "1.5"):
-        with pytest.raises(ValueError, match="WEB_KEEPALIVE_REQUESTS"):
-            requests_per_connection(bad)
+        with pytest.raises(ValueError, match="WEB_REBALANCE_REQUESTS"):
+            rebalance_requests(bad)
+
+
+@pytest.mark.parametrize(
+    "mine, everyone, workers, over",
+    [
+        (2, 2, 2, True),
+        (1, 2, 2, False),
+        (3, 4, 2, True),
+        (2, 4, 2, False),
+        (2, 3, 2, False),
+        (5, 8, 2, True),
+        (4, 8, 2, False),
+        (3, 3, 1, False),
+        (2, 4, 3, False),
+        (3, 4, 3, True),
+    ],
+)
+def test_a_worker_is_over_its_share_above_an_even_split(mine, everyone, workers, over):
+    from config.gunicorn import over_share
+
+    assert over_share(mine, everyone, workers) is over
