@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import time
 
 # Threaded workers: a request waiting for held funds (Prefer: wait) parks a thread, not a
 # process, and threads share their process's replica cache and API-key cache. README, "Running
@@ -40,15 +41,35 @@ def rebalance_requests(value: str | None) -> int:
 REBALANCE_REQUESTS = rebalance_requests(os.environ.get("WEB_REBALANCE_REQUESTS"))
 
 # Each worker's connection count, where every worker can read it: shared memory made before
-# the workers fork, a slot per worker (by its spawn number, ``worker.age``). A slot is written
-# only by its worker, as it serves a request, and zeroed when the worker exits; a stale count
-# only makes the others' share look larger, which closes nothing.
+# the workers fork, a slot per worker (by its spawn number, ``worker.age``) holding its count
+# and when it wrote it (CLOCK_MONOTONIC, one clock for every process). A slot is written only by
+# its worker, as it serves a request, and zeroed when the worker exits. A worker that served
+# nothing for FRESH_SECONDS counts as holding nothing: its count may be stale (connections it
+# closed while idle), and its core is free for a connection moved its way.
 SLOTS = 256
-_connections = memoryview(mmap.mmap(-1, 8 * SLOTS)).cast("q")
+FRESH_SECONDS = 2.0
+_counts = memoryview(mmap.mmap(-1, 8 * SLOTS)).cast("q")
+_written = memoryview(mmap.mmap(-1, 8 * SLOTS)).cast("q")  # milliseconds
 
 
 def _slot(worker) -> int:
     return int(worker.age) % SLOTS
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def note_connections(slot: int, count: int, now_ms: int) -> None:
+    """Record that the worker of ``slot`` holds ``count`` connections as of ``now_ms``."""
+    _counts[slot] = count
+    _written[slot] = now_ms
+
+
+def connections_held(now_ms: int) -> int:
+    """Return the connections of every worker that served a request within FRESH_SECONDS."""
+    fresh = now_ms - int(FRESH_SECONDS * 1000)
+    return sum(count for count, at in zip(_counts, _written, strict=True) if count and at > fresh)
 
 
 def over_share(mine: int, everyone: int, workers: int) -> bool:
@@ -62,13 +83,14 @@ def pre_request(worker, req) -> None:
     mine = getattr(worker, "nr_conns", None)  # the threaded worker's count of its connections
     if mine is None:
         return
-    _connections[_slot(worker)] = mine
+    now = _now_ms()
+    note_connections(_slot(worker), mine, now)
     number = getattr(req, "req_number", 0)  # HTTP/1.1: the request's place on its connection
     if (
         REBALANCE_REQUESTS
         and number
         and number % REBALANCE_REQUESTS == 0
-        and over_share(mine, sum(_connections), worker.cfg.workers)
+        and over_share(mine, connections_held(now), worker.cfg.workers)
     ):
         req.must_close = True
 
@@ -81,7 +103,7 @@ def post_fork(server, worker) -> None:
 
 def child_exit(server, worker) -> None:
     """Forget a finished worker's connections; let its metrics stop counting as live (gauges)."""
-    _connections[_slot(worker)] = 0
+    note_connections(_slot(worker), 0, 0)
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
 

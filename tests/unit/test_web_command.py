@@ -52,3 +52,19 @@ def test_a_worker_is_over_its_share_above_an_even_split(mine, everyone, workers,
     from config.gunicorn import over_share
 
     assert over_share(mine, everyone, workers) is over
+
+
+def test_a_worker_that_served_nothing_lately_counts_as_holding_nothing():
+    from config.gunicorn import FRESH_SECONDS, connections_held, note_connections
+
+    fresh = int(FRESH_SECONDS * 1000)
+    now = 10_000_000
+    note_connections(250, 3, now - 10)  # served a moment ago
+    note_connections(251, 4, now - fresh - 1)  # its connections may have closed since
+    note_connections(252, 1, now)
+    try:
+        assert connections_held(now) == 4
+        assert connections_held(now - fresh) == 8  # when the second still counted
+    finally:
+        for slot in (250, 251, 252):
+            note_connections(slot, 0, 0)
