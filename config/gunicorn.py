@@ -50,6 +50,9 @@ SLOTS = 256
 FRESH_SECONDS = 2.0
 _counts = memoryview(mmap.mmap(-1, 8 * SLOTS)).cast("q")
 _written = memoryview(mmap.mmap(-1, 8 * SLOTS)).cast("q")  # milliseconds
+# How many workers the server runs now: the setting, or what TTIN/TTOU made of it since
+# (written by the main process, ``nworkers_changed``; 0 until it has said).
+_live_workers = memoryview(mmap.mmap(-1, 8)).cast("q")
 
 
 def _slot(worker) -> int:
@@ -90,9 +93,14 @@ def pre_request(worker, req) -> None:
         REBALANCE_REQUESTS
         and number
         and number % REBALANCE_REQUESTS == 0
-        and over_share(mine, connections_held(now), worker.cfg.workers)
+        and over_share(mine, connections_held(now), _live_workers[0] or worker.cfg.workers)
     ):
         req.must_close = True
+
+
+def nworkers_changed(server, new_value, old_value) -> None:
+    """Tell the workers how many of them there are (at start, and after TTIN or TTOU)."""
+    _live_workers[0] = int(new_value)
 
 
 def post_fork(server, worker) -> None:

@@ -68,3 +68,36 @@ def test_a_worker_that_served_nothing_lately_counts_as_holding_nothing():
     finally:
         for slot in (250, 251, 252):
             note_connections(slot, 0, 0)
+
+
+def test_the_share_follows_the_number_of_workers_the_server_runs_now():
+    from types import SimpleNamespace
+
+    from config import gunicorn
+
+    worker = SimpleNamespace(
+        age=253,
+        nr_conns=2,
+        cfg=SimpleNamespace(workers=2),
+        log=SimpleNamespace(debug=lambda *args: None),
+    )
+
+    def closed(number: int) -> bool:
+        req = SimpleNamespace(method="GET", path="/healthz", req_number=number, must_close=False)
+        gunicorn.pre_request(worker, req)
+        return req.must_close
+
+    every = gunicorn.REBALANCE_REQUESTS
+    try:
+        gunicorn.note_connections(254, 1, gunicorn._now_ms())  # another worker, with one
+        gunicorn.nworkers_changed(None, 2, None)
+        assert not closed(every)  # 3 connections over two workers: 2 each at most
+        gunicorn.nworkers_changed(None, 3, 2)  # TTIN: over three workers, 1 each
+        assert closed(every)
+        assert not closed(every + 1)  # only every REBALANCE_REQUESTS-th request
+        gunicorn.nworkers_changed(None, 1, 3)  # TTOU twice: one worker holds them all
+        assert not closed(every)
+    finally:
+        gunicorn.nworkers_changed(None, 0, 1)
+        for slot in (253, 254):
+            gunicorn.note_connections(slot, 0, 0)
