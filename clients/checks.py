@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 
-from clients.rates import parse_rate
+from clients.throttling import configured_rate  # as every selection reads them
 
 # The limits the service draws from (``clients.throttling.selection_buckets``).
 RATE_SCOPES = ("selections_per_key", "selections_per_wallet")
@@ -28,13 +29,13 @@ def rate_limits(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
             )
         ]
     out: list[checks.CheckMessage] = []
-    for scope, value in limits.items():
+    for scope in limits:
         try:
-            parse_rate(value)
-        except ValueError as exc:
+            configured_rate(limits, scope)
+        except ImproperlyConfigured as exc:
             out.append(
                 checks.Error(
-                    f"SHERDLOCK_RATE_LIMITS[{scope!r}]: {exc}",
+                    str(exc),
                     hint="Write N/P with an optional unit (s, m, h, d), or 'off'.",
                     id="clients.E002",
                 )
