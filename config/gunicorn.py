@@ -105,8 +105,19 @@ def nworkers_changed(server, new_value, old_value) -> None:
 
 def post_fork(server, worker) -> None:
     """Tell the worker's app how many threads it really has (``--threads`` may override the
-    setting above): its wait slots never take them all (``locks.waiting.wait_slots``)."""
+    setting above): its wait slots never take them all (``locks.waiting.wait_slots``).
+
+    Say so if the worker keeps no count of its connections (another worker class, or a
+    gunicorn release that renamed ``nr_conns``): no connection would ever be moved.
+    """
     os.environ["WEB_THREADS"] = str(worker.cfg.threads)
+    if REBALANCE_REQUESTS and not hasattr(worker, "nr_conns"):
+        worker.log.warning(
+            "WEB_REBALANCE_REQUESTS=%d does nothing with %s workers: they keep no count of "
+            "their connections (nr_conns), so none is moved to a worker holding fewer",
+            REBALANCE_REQUESTS,
+            type(worker).__name__,
+        )
 
 
 def child_exit(server, worker) -> None:

@@ -101,3 +101,24 @@ def test_the_share_follows_the_number_of_workers_the_server_runs_now():
         gunicorn.nworkers_changed(None, 0, 1)
         for slot in (253, 254):
             gunicorn.note_connections(slot, 0, 0)
+
+
+@pytest.mark.parametrize("counts, warned", [(True, False), (False, True)])
+def test_a_worker_that_counts_no_connections_is_reported(counts, warned, monkeypatch):
+    from types import SimpleNamespace
+
+    from config import gunicorn
+
+    monkeypatch.setattr(gunicorn, "REBALANCE_REQUESTS", 100)
+    monkeypatch.setenv("WEB_THREADS", "4")  # post_fork sets it; restored after the test
+    said: list[str] = []
+    worker = SimpleNamespace(
+        cfg=SimpleNamespace(threads=4),
+        log=SimpleNamespace(warning=lambda message, *args: said.append(message % args)),
+    )
+    if counts:
+        worker.nr_conns = 0
+    gunicorn.post_fork(None, worker)
+    assert bool(said) is warned
+    if warned:
+        assert "WEB_REBALANCE_REQUESTS" in said[0] and "SimpleNamespace" in said[0]
