@@ -131,9 +131,10 @@ def warm_up(task: Task, strategy) -> None:
     then ANALYZE), which drops every plan the replicas' connections had cached. Without a
     warm-up, the first statements of every replica are planned again at the same moment, and
     a replica whose statements cost more to plan pays for it in the point's first fraction of
-    a second: on hot tokens at R = 20 most of the slowest selections. A running service plans
-    once per connection. The warm-up changes no token (a release leaves the supply as it was)
-    and is not recorded; a warm-up that fails is ignored, as the point will meet its cause.
+    a second. A running service does not plan all its statements again at once. The HTTP
+    points' load processes warm up the same way (``bench.web.WARM_UP``). The warm-up changes no
+    token (a release leaves the supply as it was) and is not recorded; a warm-up that fails is
+    ignored, as the point will meet its cause.
     """
     from sherdlock import WalletKey
 
