@@ -140,7 +140,7 @@ def test_a_web_worker_learns_its_thread_count(monkeypatch):
     # post_fork's value would outlive this test.
     monkeypatch.setenv("WEB_THREADS", "")
     assert waiting._worker_threads() is None
-    gunicorn.post_fork(None, SimpleNamespace(cfg=SimpleNamespace(threads=20)))
+    gunicorn.post_fork(None, SimpleNamespace(cfg=SimpleNamespace(threads=20), nr_conns=0))
     assert waiting._worker_threads() == 20
     assert waiting.wait_slots(120, waiting._worker_threads()) == 12
 
