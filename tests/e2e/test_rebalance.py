@@ -12,12 +12,14 @@ import contextlib
 import http.client
 import os
 import signal
+import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import psutil
 import pytest
 
+from config.gunicorn import FRESH_SECONDS
 from tests.e2e.servers import WebServer, web_server
 
 
@@ -75,6 +77,9 @@ def test_a_worker_holding_every_connection_closes_one(subprocess_env, tmp_path, 
     env = {**subprocess_env, "WEB_REBALANCE_REQUESTS": every}
     with web_server(env, tmp_path / "web.log", workers=2) as server:
         a, b = workers(server)
+        # The readiness probe's worker counts its connection (closed since) until it is stale:
+        # with it, two connections on one worker and one on the other would be an even split.
+        time.sleep(FRESH_SECONDS + 0.2)
         first, second = connected(server, a, b, 2)
         try:
             # Two connections on one worker of two: its fifth request (the client's fourth
