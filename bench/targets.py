@@ -26,6 +26,8 @@ SELECTION_POINTS = (
     ("hot-tokens", 20),
 )
 HTTP_RATIO_REPLICAS = 8
+# The latency of the selections that started after a point's first second (bench.verify).
+STEADY = "latency_after_first_second_ms"
 
 
 def _target(
@@ -62,9 +64,6 @@ def _target(
 
 def _p99(point: dict | None, figures: str = "latency_ms") -> float | None:
     return (point or {}).get(figures, {}).get("p99")
-
-
-STEADY = "latency_after_first_second_ms"  # bench.verify.figures
 
 
 def selection_targets(points: list[dict]) -> list[dict]:
