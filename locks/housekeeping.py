@@ -44,9 +44,9 @@ GUARD_KEY = int.from_bytes(b"sherdlhk", "big")
 # The guard's own session, under transaction pooling, is findable in pg_stat_activity by this.
 GUARD_APPLICATION_NAME = "sherdlock-housekeeping"
 
-# Spent first, so that a spent token's lock is counted as "spent" even when its lease has also
-# run out by the time housekeeping gets to it. (Statements of a partition: see
-# ``locks.sql.housekeeping.partition_statements``.)
+# A spent token's lock is "spent" while its lease runs (and for the grace after); once the lease
+# is over it is an expired lock like any other and counted as one. (Statements of a partition:
+# see ``locks.sql.housekeeping.partition_statements``.)
 PASSES = ("spent", "expired")
 # Counted like the lock passes, in the run record and the deleted-rows metric.
 BUCKETS = "rate_buckets"

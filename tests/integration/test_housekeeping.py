@@ -79,6 +79,20 @@ def test_locks_of_spent_tokens_are_purged_once_older_than_grace():
     assert remaining() == {just_spent.pk, unspent.pk}
 
 
+def test_a_spent_tokens_lock_past_its_lease_goes_as_expired():
+    # The spent pass reads only leases not yet past their grace (the expires_at index), so a
+    # backlog of expired rows is never walked by it; the expired pass takes these, spent or not.
+    spent_long_ago, spent_lately = make_tokens(2)
+    make_lock(spent_long_ago, "tx-1", ttl=-60)
+    make_lock(spent_lately, "tx-2", fence=2, ttl=60)
+    Token.objects.filter(pk__in=[spent_long_ago.pk, spent_lately.pk]).update(
+        spent_by="tx", spent_at=timezone.now() - timedelta(minutes=5)
+    )
+    run = run_housekeeping(grace_seconds=5)
+    assert (run.spent_removed, run.expired_removed) == (1, 1)
+    assert remaining() == set()
+
+
 def test_each_statement_removes_at_most_a_batch():
     for token in make_tokens(5):
         make_lock(token, ttl=-60)
