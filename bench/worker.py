@@ -53,6 +53,15 @@ class Record(NamedTuple):
     total: int = 0  # the selected tokens' sum (0 when nothing was selected)
 
 
+def _request(workload, rng: random.Random):
+    """Draw the next request of ``workload``: its wallet key and quantity."""
+    from sherdlock import WalletKey
+
+    return WalletKey(workload.pick_wallet(rng), workload.currency), rng.randint(
+        workload.min_quantity, workload.max_quantity
+    )
+
+
 def drive(task: Task, strategy, start_at: float, end_at: float) -> list[Record]:
     """Select from the workload until ``end_at``; spend or release every selection.
 
@@ -60,7 +69,7 @@ def drive(task: Task, strategy, start_at: float, end_at: float) -> list[Record]:
     selection's own wallet: the wallet's supply never changes.
     """
     from bench.strategies import payment, spend
-    from sherdlock import FundsLocked, InsufficientFunds, NoMatch, WalletKey
+    from sherdlock import FundsLocked, InsufficientFunds, NoMatch
 
     workload, rng = task.workload, random.Random(task.seed)
     records: list[Record] = []
@@ -69,8 +78,7 @@ def drive(task: Task, strategy, start_at: float, end_at: float) -> list[Record]:
     while (started := time.monotonic()) < end_at:
         n += 1
         tx_id = f"{task.tag or task.strategy}-{task.replica}-{n}"
-        key = WalletKey(workload.pick_wallet(rng), workload.currency)
-        quantity = rng.randint(workload.min_quantity, workload.max_quantity)
+        key, quantity = _request(workload, rng)
         before = strategy.lock_attempts
         picked, error = None, ""
         try:
@@ -136,11 +144,7 @@ def warm_up(task: Task, strategy) -> None:
     token (a release leaves the supply as it was) and is not recorded; a warm-up that fails is
     ignored, as the point will meet its cause.
     """
-    from sherdlock import WalletKey
-
-    workload, rng = task.workload, random.Random(-1 - task.seed)
-    key = WalletKey(workload.pick_wallet(rng), workload.currency)
-    quantity = rng.randint(workload.min_quantity, workload.max_quantity)
+    key, quantity = _request(task.workload, random.Random(-1 - task.seed))
     try:
         picked = strategy.select(f"{task.tag or task.strategy}-{task.replica}-warm", key, quantity)
     except Exception:
