@@ -111,13 +111,14 @@ def selection_targets(points: list[dict]) -> list[dict]:
         # The same without each point's first second: what the target's p99 owes to the start.
         steady = {b: _p99(p, STEADY) for b, p in others.items() if _p99(p, STEADY)}
         calmest = min(steady, key=steady.get, default=None)
+        ours_steady = _p99(ours, STEADY)
         out.append(
             _target(
                 "selection",
                 "p99 after the first second ÷ the lowest baseline's",
                 workload,
                 replicas,
-                _p99(ours, STEADY) / steady[calmest] if _p99(ours, STEADY) and calmest else None,
+                ours_steady / steady[calmest] if ours_steady and calmest else None,
                 None,
                 note=f"lowest: {calmest}" if calmest else "",
                 measured=measured,
