@@ -2,53 +2,89 @@
 
 from __future__ import annotations
 
-from bench.check import COLLAPSED, compare
+from bench.check import COLLAPSED, HTTP_HELD_REPLICAS, compare
+from bench.strategies import ADVISORY, CACHE_BATCH, FLOOR, HTTP, LISTENER, OURS, SKIP_LOCKED
 
 
-def report(strategy: str = "ours", **ratios: float) -> dict:
+def ratio(strategy: str, baseline: str, value: float, replicas: int = 8) -> dict:
     return {
-        "points": [],
-        "ratios": [
-            {
-                "workload": "hot-tokens",
-                "replicas": 8,
-                "strategy": strategy,
-                "baseline": name,
-                "value": value,
-            }
-            for name, value in ratios.items()
-        ],
+        "workload": "hot-tokens",
+        "replicas": replicas,
+        "strategy": strategy,
+        "baseline": baseline,
+        "value": value,
     }
 
 
-def both(ours: dict, listener: dict) -> dict:
-    return {"points": [], "ratios": ours["ratios"] + listener["ratios"]}
+def report(*ratios: dict) -> dict:
+    return {"points": [], "ratios": list(ratios)}
 
 
-def test_a_drop_beyond_the_tolerance_is_a_regression():
-    regressions, _ = compare(report(advisory=1.0), report(advisory=1.5), tolerance=0.25)
-    assert len(regressions) == 1 and "advisory" in regressions[0]
-    assert compare(report(advisory=1.2), report(advisory=1.5), tolerance=0.25)[0] == []
+def ours(**values: float) -> dict:
+    names = {"advisory": ADVISORY, "skip": SKIP_LOCKED, "cache": CACHE_BATCH, "floor": FLOOR}
+    return report(*(ratio(OURS, names[name], value) for name, value in values.items()))
 
 
-def test_ratios_to_a_baseline_that_collapsed_in_both_runs_are_listed_not_compared():
-    high = COLLAPSED * 20
-    regressions, lines = compare(
-        report(skip=COLLAPSED + 1, cache=COLLAPSED + 1),
-        report(skip=high, cache=COLLAPSED - 1),
-        tolerance=0.25,
-    )
-    assert [line.split()[0] for line in lines] == ["ok", "skipped"]
+def verdicts(lines: list[str]) -> list[str]:
+    return [line.split()[0] for line in lines]
+
+
+def test_a_drop_against_the_best_baseline_beyond_the_tolerance_is_a_regression():
+    regressions, _ = compare(ours(advisory=1.0), ours(advisory=1.5), tolerance=0.25)
+    assert len(regressions) == 1 and "the best baseline" in regressions[0]
+    assert compare(ours(advisory=1.2), ours(advisory=1.5), tolerance=0.25)[0] == []
+
+
+def test_ours_is_held_to_the_best_baseline_and_the_others_are_listed():
+    # The best baseline is the one ours leads by least: cache-batch (1.2x) here.
+    baseline = ours(advisory=3.0, cache=1.2, floor=1.5)
+    # Every other ratio fell by half, the one to the best baseline held.
+    regressions, lines = compare(ours(advisory=1.5, cache=1.2, floor=0.7), baseline, tolerance=0.25)
     assert regressions == []
+    assert sorted(verdicts(lines)) == ["listed", "listed", "listed", "ok"]
+    # The best baseline got relatively faster: ours ÷ it fell from 1.2 to 0.8.
+    regressions, _ = compare(ours(advisory=3.0, cache=0.8, floor=1.5), baseline, tolerance=0.25)
+    assert len(regressions) == 1 and "1.20" in regressions[0]
+    # Another baseline became the best, and ours leads it by less than the tolerance allows.
+    regressions, _ = compare(ours(advisory=0.8, cache=1.2, floor=1.5), baseline, tolerance=0.25)
+    assert len(regressions) == 1 and "0.80" in regressions[0]
+
+
+def test_the_listener_variants_ratios_are_listed_not_held():
+    current = report(ratio(OURS, CACHE_BATCH, 1.2), ratio(LISTENER, CACHE_BATCH, 0.5))
+    baseline = report(ratio(OURS, CACHE_BATCH, 1.2), ratio(LISTENER, CACHE_BATCH, 1.0))
+    regressions, lines = compare(current, baseline, tolerance=0.25)
+    assert regressions == []
+    assert next(line for line in lines if LISTENER in line).startswith("listed")
+
+
+def test_the_http_ratio_is_held_at_the_targets_replica_count_only():
+    def http(held: float, fewer: float) -> dict:
+        return report(
+            ratio(HTTP, OURS, held, replicas=HTTP_HELD_REPLICAS),
+            ratio(HTTP, OURS, fewer, replicas=HTTP_HELD_REPLICAS // 2),
+        )
+
+    regressions, lines = compare(http(0.30, 0.15), http(0.32, 0.30), tolerance=0.25)
+    assert regressions == []
+    assert sorted(verdicts(lines)) == ["listed", "ok"]
+    regressions, _ = compare(http(0.20, 0.30), http(0.32, 0.30), tolerance=0.25)
+    assert len(regressions) == 1 and f"R={HTTP_HELD_REPLICAS} {HTTP}" in regressions[0]
+
+
+def test_a_point_where_every_baseline_collapsed_in_both_runs_is_skipped():
+    high = COLLAPSED * 20
+    regressions, lines = compare(ours(skip=COLLAPSED + 5), ours(skip=high), tolerance=0.25)
+    assert regressions == []
+    assert verdicts(lines) == ["skipped", "listed"]
     # Collapsed in the baseline only: the fresh run is held to it.
-    regressions, _ = compare(report(skip=2.0), report(skip=high), tolerance=0.25)
+    regressions, _ = compare(ours(skip=2.0), ours(skip=high), tolerance=0.25)
     assert len(regressions) == 1
 
 
-def test_a_collapsed_baseline_is_skipped_for_every_candidate_at_that_point():
+def test_a_collapsed_baseline_does_not_hide_a_drop_against_one_that_did_not_collapse():
     high = COLLAPSED * 20
-    current = both(report(skip=COLLAPSED + 5), report("ours+listener", skip=COLLAPSED - 5))
-    baseline = both(report(skip=high), report("ours+listener", skip=high / 2))
-    regressions, lines = compare(current, baseline, tolerance=0.25)
-    assert regressions == []
-    assert [line.split()[0] for line in lines] == ["skipped", "skipped"]
+    regressions, _ = compare(
+        ours(skip=COLLAPSED + 5, cache=1.0), ours(skip=high, cache=2.0), tolerance=0.25
+    )
+    assert len(regressions) == 1 and "1.00 vs baseline 2.00" in regressions[0]
