@@ -27,10 +27,11 @@ from bench.strategies import BASELINES, CANDIDATES, HTTP, OURS
 # placement by the kernel, not a change of the code, so those points are listed.
 HTTP_HELD_REPLICAS = 8
 
-# A baseline that made under a twentieth of a candidate's selections in both runs has collapsed
-# at that point (skip-locked-statement on hot tokens, a few selections a second; seed-faithful
-# at hot tokens R = 20): a ratio to a handful of selections swings by half from run to run, so
-# every candidate's ratio to it there is listed, not compared.
+# A baseline that made under a twentieth of ours' selections has collapsed at that point
+# (skip-locked-statement on hot tokens, a few selections a second; seed-faithful at hot tokens
+# R = 20): a ratio to a handful of selections swings by half from run to run. Such a baseline
+# is never the best where another one ran; a point where even the best collapsed in both runs
+# is skipped.
 COLLAPSED = 20.0
 
 Key = tuple[str, int, str, str]
@@ -80,7 +81,11 @@ def compare(current: dict, baseline: dict, tolerance: float) -> tuple[list[str],
     regressions = [f"correctness: {p}" for p in problems(current)]
     lines = []
     now_all, then_all = _ratios(current), _ratios(baseline)
-    now, then = _held(now_all), _held(then_all)
+    # The best of the baselines both runs measured: a baseline left out of one run would
+    # otherwise change what "best" means between them.
+    both = now_all.keys() & then_all.keys()
+    now = _held({key: value for key, value in now_all.items() if key in both})
+    then = _held({key: value for key, value in then_all.items() if key in both})
     for key in sorted(now.keys() & then.keys()):
         if min(now[key], then[key]) > COLLAPSED:
             lines.append(
@@ -94,7 +99,7 @@ def compare(current: dict, baseline: dict, tolerance: float) -> tuple[list[str],
         lines.append(("REGRESSED " if bad else "ok        ") + text)
         if bad:
             regressions.append(text)
-    for key in sorted(now_all.keys() & then_all.keys()):
+    for key in sorted(both):
         if key not in now:
             lines.append(
                 f"listed    {_name(key)}: {now_all[key]:.2f} vs baseline {then_all[key]:.2f}"
