@@ -191,6 +191,22 @@ def http_targets(pairs: list[dict]) -> list[dict]:
                 "http", f"{HTTP} select p99 <= 3x ours", workload, replicas, ratios.get("p99"), 3.0
             )
         )
+        # The same without each point's first second, beside how the load's connections fell
+        # to the web workers when its clock started: a worker over its share of them hands one
+        # back only at a connection's hundredth request, most of a second into the point.
+        http_steady, library_steady = _p99(point, STEADY), _p99(pair["library"], STEADY)
+        split = "/".join(str(n) for n in point.get("connections_per_worker") or [])
+        out.append(
+            _target(
+                "http",
+                f"{HTTP} select p99 after the first second ÷ ours'",
+                workload,
+                replicas,
+                http_steady / library_steady if http_steady and library_steady else None,
+                None,
+                note=f"connections per worker {split}" if split else "",
+            )
+        )
         out.append(
             _target(
                 "http",

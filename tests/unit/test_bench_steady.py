@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.targets import selection_targets
+from bench.targets import http_targets, selection_targets
 from bench.verify import STEADY_AFTER, figures
 from bench.worker import Record
 
@@ -64,3 +64,21 @@ def test_no_steady_figures_print_no_ratio():
         and t["target"].startswith("p99 after")
     ]
     assert steady["value"] is None and steady["met"] is None
+
+
+def test_the_http_steady_ratio_is_printed_with_the_connection_split_and_not_judged():
+    def latency(p99: float, steady: float) -> dict:
+        return {"latency_ms": {"p99": p99}, "latency_after_first_second_ms": {"p99": steady}}
+
+    pair = {
+        "workload": "spread",
+        "replicas": 8,
+        "library": latency(5.0, 5.0),
+        "http": {**latency(27.0, 18.0), "connections_per_worker": [7, 1]},
+        "ratios": {"selections_per_s": 0.3, "p99": 5.4},
+    }
+    targets = {t["target"]: t for t in http_targets([pair])}
+    assert targets["ours-http select p99 <= 3x ours"]["met"] is False
+    steady = targets["ours-http select p99 after the first second ÷ ours'"]
+    assert steady["value"] == 3.6 and steady["note"] == "connections per worker 7/1"
+    assert steady["info"] is True and steady["met"] is None
