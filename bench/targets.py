@@ -16,6 +16,7 @@ sequential time, worst wait at most 2.5x the mean wait.
 from __future__ import annotations
 
 from bench.strategies import BASELINES, HTTP, OURS
+from bench.web_server import describe_split
 
 SELECTION_POINTS = (
     ("hot-wallet", 1),
@@ -195,7 +196,7 @@ def http_targets(pairs: list[dict]) -> list[dict]:
         # to the web workers when its clock started: a worker over its share of them hands one
         # back only at a connection's hundredth request, most of a second into the point.
         http_steady, library_steady = _p99(point, STEADY), _p99(pair["library"], STEADY)
-        split = "/".join(str(n) for n in point.get("connections_per_worker") or [])
+        split = point.get("connections_per_worker")
         out.append(
             _target(
                 "http",
@@ -204,7 +205,7 @@ def http_targets(pairs: list[dict]) -> list[dict]:
                 replicas,
                 http_steady / library_steady if http_steady and library_steady else None,
                 None,
-                note=f"connections per worker {split}" if split else "",
+                note=f"connections per worker {describe_split(split)}" if split else "",
             )
         )
         out.append(
