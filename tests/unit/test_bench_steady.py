@@ -82,3 +82,23 @@ def test_the_http_steady_ratio_is_printed_with_the_connection_split_and_not_judg
     steady = targets["ours-http select p99 after the first second ÷ ours'"]
     assert steady["value"] == 3.6 and steady["note"] == "connections per worker 7/1"
     assert steady["info"] is True and steady["met"] is None
+
+
+def test_the_http_select_mean_ratio_is_printed_with_both_tail_shapes_and_not_judged():
+    def latency(mean: float, p99: float) -> dict:
+        return {"latency_ms": {"mean": mean, "p99": p99}}
+
+    pair = {
+        "workload": "spread",
+        "replicas": 8,
+        "library": latency(2.0, 6.0),
+        "http": {**latency(8.0, 32.0), "connections_per_worker": [5, 3]},
+        "ratios": {"selections_per_s": 0.3, "p99": 32.0 / 6.0},
+    }
+    targets = {t["target"]: t for t in http_targets([pair])}
+    mean = targets["ours-http select mean ÷ ours'"]
+    assert mean["value"] == 4.0 and mean["note"] == "p99 ÷ mean 4.00, ours' 3.00"
+    assert mean["info"] is True and mean["met"] is None
+    pair["http"] = {"latency_ms": {}}  # no selection answered
+    mean = {t["target"]: t for t in http_targets([pair])}["ours-http select mean ÷ ours'"]
+    assert mean["value"] is None and mean["note"] == ""
