@@ -8,7 +8,13 @@ The rest of the report's ratios are listed beside them, not held: ours ÷ each o
 correctness failure (double spend, leaked lock, lost spend) in the fresh report fails the check
 whatever the baseline says.
 
-``python -m bench.check REPORT BASELINE [--tolerance 0.25]``
+A drop can be the host's, not the code's: a point measured while the machine was busy with
+something else. ``--confirmation REPORT`` names a report of the same points measured again
+(``python -m bench --check`` measures every point that dropped once more, right away, and
+passes it here): a drop at a point the confirmation re-measured counts only if it is there
+again; a point it did not re-measure keeps its verdict.
+
+``python -m bench.check REPORT BASELINE [--tolerance 0.25] [--confirmation REPORT]``
 """
 
 from __future__ import annotations
@@ -77,10 +83,17 @@ def _name(key: Key) -> str:
     return f"{key[0]} R={key[1]} {key[2]}÷{baseline}"
 
 
-def compare(current: dict, baseline: dict, tolerance: float) -> tuple[list[str], list[str]]:
-    """Return (regressions, lines describing every comparison)."""
-    regressions = [f"correctness: {p}" for p in problems(current)]
-    lines = []
+# Where a held figure was measured: ("selection" | "http", workload, replicas).
+Point = tuple[str, str, int]
+
+
+def _judge(current: dict, baseline: dict, tolerance: float) -> list[tuple[str, str, Point | None]]:
+    """Return (verdict, text, point) for every figure compared, as ``compare`` prints them.
+
+    The verdict is "ok", "REGRESSED", "skipped" or "listed"; the point is where the figure was
+    measured (None for a listed one).
+    """
+    judged: list[tuple[str, str, Point | None]] = []
     now_all, then_all = _ratios(current), _ratios(baseline)
     # The best of the baselines both runs measured: a baseline left out of one run would
     # otherwise change what "best" means between them.
@@ -88,33 +101,93 @@ def compare(current: dict, baseline: dict, tolerance: float) -> tuple[list[str],
     now = _held({key: value for key, value in now_all.items() if key in both})
     then = _held({key: value for key, value in then_all.items() if key in both})
     for key in sorted(now.keys() & then.keys()):
+        point: Point = ("http" if key[2] == HTTP else "selection", key[0], key[1])
         if min(now[key], then[key]) > COLLAPSED:
-            lines.append(
-                f"skipped   {_name(key)}: {now[key]:.2f} vs baseline {then[key]:.2f} "
-                "(every baseline collapsed in both runs)"
+            judged.append(
+                (
+                    "skipped",
+                    f"{_name(key)}: {now[key]:.2f} vs baseline {then[key]:.2f} "
+                    "(every baseline collapsed in both runs)",
+                    point,
+                )
             )
             continue
         floor = then[key] * (1 - tolerance)
-        bad = now[key] < floor
         text = f"{_name(key)}: {now[key]:.2f} vs baseline {then[key]:.2f} (min {floor:.2f})"
-        lines.append(("REGRESSED " if bad else "ok        ") + text)
-        if bad:
-            regressions.append(text)
+        judged.append(("REGRESSED" if now[key] < floor else "ok", text, point))
     for key in sorted(both):
         if key not in now:
-            lines.append(
-                f"listed    {_name(key)}: {now_all[key]:.2f} vs baseline {then_all[key]:.2f}"
-            )
+            text = f"{_name(key)}: {now_all[key]:.2f} vs baseline {then_all[key]:.2f}"
+            judged.append(("listed", text, None))
     now_attempts, then_attempts = _attempts(current), _attempts(baseline)
-    for point in sorted(now_attempts.keys() & then_attempts.keys()):
-        ceiling = then_attempts[point] * (1 + tolerance)
-        bad = now_attempts[point] > ceiling
+    for key in sorted(now_attempts.keys() & then_attempts.keys()):
+        ceiling = then_attempts[key] * (1 + tolerance)
         text = (
-            f"{point[0]} R={point[1]} {point[2]} lock attempts per locked token: "
-            f"{now_attempts[point]:.2f} vs baseline {then_attempts[point]:.2f} (max {ceiling:.2f})"
+            f"{key[0]} R={key[1]} {key[2]} lock attempts per locked token: "
+            f"{now_attempts[key]:.2f} vs baseline {then_attempts[key]:.2f} (max {ceiling:.2f})"
         )
-        lines.append(("REGRESSED " if bad else "ok        ") + text)
-        if bad:
+        bad = now_attempts[key] > ceiling
+        judged.append(("REGRESSED" if bad else "ok", text, ("selection", key[0], key[1])))
+    return judged
+
+
+def _figure(text: str) -> str:
+    """The name of the figure a judged line is about (its text up to the colon)."""
+    return text.split(": ", 1)[0]
+
+
+def _measured(report: dict) -> set[Point]:
+    """The points a report measured."""
+    selection = {("selection", p["workload"], p["replicas"]) for p in report.get("points", [])}
+    http = {("http", p["workload"], p["replicas"]) for p in report.get("http", [])}
+    return selection | http
+
+
+def suspects(current: dict, baseline: dict, tolerance: float) -> dict[str, dict[str, list[int]]]:
+    """Where a held figure dropped beyond the tolerance: {"selection"/"http": {workload: [R]}}.
+
+    The points to measure again before calling the drop a regression.
+    """
+    found: dict[str, dict[str, set[int]]] = {}
+    for verdict, _, point in _judge(current, baseline, tolerance):
+        if verdict == "REGRESSED" and point is not None:
+            kind, workload, replicas = point
+            found.setdefault(kind, {}).setdefault(workload, set()).add(replicas)
+    return {
+        kind: {workload: sorted(rs) for workload, rs in sorted(by_workload.items())}
+        for kind, by_workload in found.items()
+    }
+
+
+def compare(
+    current: dict, baseline: dict, tolerance: float, confirmation: dict | None = None
+) -> tuple[list[str], list[str]]:
+    """Return (regressions, lines describing every comparison).
+
+    With ``confirmation``, a drop at a point it measured again is a regression only if the
+    figure dropped there too; otherwise its line says "noise".
+    """
+    regressions = [f"correctness: {p}" for p in problems(current)]
+    if confirmation is not None:
+        regressions += [f"correctness (confirmation): {p}" for p in problems(confirmation)]
+    again: dict[str, tuple[str, str]] = {}
+    remeasured: set[Point] = set()
+    if confirmation is not None:
+        again = {
+            _figure(text): (verdict, text)
+            for verdict, text, _ in _judge(confirmation, baseline, tolerance)
+        }
+        remeasured = _measured(confirmation)
+    lines = []
+    for verdict, text, point in _judge(current, baseline, tolerance):
+        if verdict == "REGRESSED" and point in remeasured:
+            verdict_again, text_again = again.get(_figure(text), ("REGRESSED", "not measured"))
+            text = f"{text}; measured again: {text_again.split(': ', 1)[-1]}"
+            if verdict_again != "REGRESSED":
+                lines.append(f"noise     {text}")
+                continue
+        lines.append(f"{verdict:<9} {text}")
+        if verdict == "REGRESSED":
             regressions.append(text)
     return regressions, lines
 
@@ -133,19 +206,25 @@ def main(argv: list[str]) -> int:
         default=0.25,
         help="allowed relative drop of a ratio (0.25: 25%%)",
     )
+    parser.add_argument(
+        "--confirmation",
+        type=Path,
+        help="a report of the dropped points measured again: a drop must show there too",
+    )
     args = parser.parse_args(argv)
     current = json.loads(args.report.read_text())
     baseline = json.loads(args.baseline.read_text())
-    regressions, lines = compare(current, baseline, args.tolerance)
+    confirmation = json.loads(args.confirmation.read_text()) if args.confirmation else None
+    regressions, lines = compare(current, baseline, args.tolerance, confirmation)
     print("\n".join(lines))
     if regressions:
         print(f"{len(regressions)} regression(s) beyond {args.tolerance:.0%}:")
         print("\n".join(f"  {r}" for r in regressions))
         return 1
-    if not any(line.startswith(("ok", "REGRESSED")) for line in lines):
+    if not any(line.startswith(("ok", "REGRESSED", "noise")) for line in lines):
         print("nothing to compare: the report and the baseline share no measured point")
         return 2
-    held = sum(line.startswith("ok") for line in lines)
+    held = sum(line.startswith(("ok", "noise")) for line in lines)
     print(f"no regression beyond {args.tolerance:.0%} in {held} comparison(s)")
     return 0
 

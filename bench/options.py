@@ -155,6 +155,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--tolerance", type=float, default=0.25)
     parser.add_argument(
+        "--confirm",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --check, measure every point that dropped beyond the tolerance again; "
+        "a drop counts only if it shows twice (default: on)",
+    )
+    parser.add_argument(
         "--write-baseline", action="store_true", help="also save the report as <out>/baseline.json"
     )
     args = parser.parse_args(argv)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.check import COLLAPSED, HTTP_HELD_REPLICAS, compare
+from bench.check import COLLAPSED, HTTP_HELD_REPLICAS, compare, suspects
 from bench.strategies import ADVISORY, CACHE_BATCH, FLOOR, HTTP, LISTENER, OURS, SKIP_LOCKED
 
 
@@ -96,3 +96,65 @@ def test_the_best_baseline_is_the_best_of_those_both_runs_measured():
     regressions, lines = compare(ours(advisory=1.1, cache=3.0), ours(cache=3.0), tolerance=0.25)
     assert regressions == []
     assert verdicts(lines) == ["ok", "listed"]
+
+
+def measured(data: dict, *points: tuple[str, int]) -> dict:
+    """``data`` as a report that measured ours at ``points`` (workload, replicas)."""
+    rows = [{"workload": w, "replicas": r, "strategy": OURS} for w, r in points]
+    return dict(data, points=rows)
+
+
+def test_the_points_whose_held_figures_dropped_are_named_for_measuring_again():
+    baseline = report(
+        ratio(OURS, CACHE_BATCH, 1.5),
+        ratio(OURS, CACHE_BATCH, 1.5, replicas=20),
+        ratio(HTTP, OURS, 0.32, replicas=HTTP_HELD_REPLICAS),
+        ratio(LISTENER, CACHE_BATCH, 1.0),
+    )
+    current = report(
+        ratio(OURS, CACHE_BATCH, 1.0),  # dropped
+        ratio(OURS, CACHE_BATCH, 1.4, replicas=20),  # held
+        ratio(HTTP, OURS, 0.20, replicas=HTTP_HELD_REPLICAS),  # dropped
+        ratio(LISTENER, CACHE_BATCH, 0.1),  # listed, not held
+    )
+    assert suspects(current, baseline, tolerance=0.25) == {
+        "selection": {"hot-tokens": [8]},
+        "http": {"hot-tokens": [HTTP_HELD_REPLICAS]},
+    }
+    assert suspects(baseline, baseline, tolerance=0.25) == {}
+
+
+def test_a_drop_that_the_confirmation_does_not_show_again_is_noise():
+    baseline = ours(cache=1.5)
+    current = measured(ours(cache=1.0), ("hot-tokens", 8))
+    recovered = measured(ours(cache=1.45), ("hot-tokens", 8))
+    regressions, lines = compare(current, baseline, tolerance=0.25, confirmation=recovered)
+    assert regressions == []
+    assert verdicts(lines) == ["noise", "listed"]  # ours ÷ cache-batch itself is listed
+    assert "1.00 vs baseline 1.50" in lines[0] and "measured again: 1.45" in lines[0]
+
+
+def test_a_drop_that_shows_again_is_a_regression():
+    baseline = ours(cache=1.5)
+    current = measured(ours(cache=1.0), ("hot-tokens", 8))
+    again = measured(ours(cache=0.9), ("hot-tokens", 8))
+    regressions, lines = compare(current, baseline, tolerance=0.25, confirmation=again)
+    assert len(regressions) == 1 and "measured again: 0.90" in regressions[0]
+    assert verdicts(lines) == ["REGRESSED", "listed"]
+
+
+def test_a_drop_at_a_point_the_confirmation_did_not_measure_stands():
+    baseline = ours(cache=1.5)
+    current = measured(ours(cache=1.0), ("hot-tokens", 8))
+    elsewhere = measured(ours(cache=1.5), ("spread", 8))
+    regressions, _ = compare(current, baseline, tolerance=0.25, confirmation=elsewhere)
+    assert len(regressions) == 1 and "measured again" not in regressions[0]
+
+
+def test_a_fault_in_the_confirmation_fails_the_check():
+    baseline = ours(cache=1.5)
+    current = measured(ours(cache=1.0), ("hot-tokens", 8))
+    faulty = measured(ours(cache=1.5), ("hot-tokens", 8))
+    faulty["points"][0]["double_spends"] = 1
+    regressions, _ = compare(current, baseline, tolerance=0.25, confirmation=faulty)
+    assert any(r.startswith("correctness (confirmation)") for r in regressions)
