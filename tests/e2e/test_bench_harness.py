@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -316,73 +315,6 @@ def test_check_passes_against_itself_and_fails_on_regressions_and_faults(run, tm
     broken = bench("bench.check", str(current), str(out / "report.json"), env=env, timeout=60)
     assert broken.returncode == 1, broken.stdout
     assert "double_spends=1" in broken.stdout
-
-
-ONE_POINT = [
-    "--workloads",
-    "hot-wallet",
-    "--replicas",
-    "2",
-    "--strategies",
-    f"{OURS},{strategies.CACHE_BATCH}",
-    "--duration",
-    "1",
-    "--hot-wallet-tokens",
-    "100",
-    "--hold",
-    "0.002",
-    "--http-replicas",
-    "",
-    "--housekeeping",
-    "off",
-    "--chain-payments",
-    "0",
-    "--pgbouncer-replicas",
-    "0",
-    "--selection-strategies",
-    "",
-]
-
-
-@pytest.mark.timeout(300)
-def test_check_measures_a_dropped_point_again_before_it_calls_it_a_regression(run, tmp_path):
-    report, _, _ = run
-    # A baseline in which ours led cache-batch a thousand times over at hot-wallet R = 2: the
-    # fresh point drops beyond any tolerance, and so does its second measurement.
-    inflated = dict(
-        report,
-        ratios=[
-            dict(r, value=r["value"] * 1000)
-            if (r["workload"], r["replicas"]) == ("hot-wallet", 2)
-            else r
-            for r in report["ratios"]
-        ],
-    )
-    baseline = tmp_path / "baseline.json"
-    baseline.write_text(json.dumps(inflated))
-    name = os.environ.get("SHERDLOCK_TEST_DB", "test_sherdlock") + "_bench_again"
-    env = dict(os.environ, DATABASE_URL=database_url(settings.DATABASES["default"]))
-    out = tmp_path / "out"
-    argv = [*ONE_POINT, "--out", str(out), "--database", name, "--check", str(baseline)]
-    try:
-        checked = bench("bench", *argv, env=env, timeout=240)
-        assert checked.returncode == 1, checked.stderr[-4000:] + checked.stdout[-2000:]
-        assert "REGRESSED hot-wallet R=2 ours÷the best baseline" in checked.stdout
-        assert "measured again:" in checked.stdout
-        again = json.loads((out / "confirmation" / "report.json").read_text())
-        assert {(p["workload"], p["replicas"], p["strategy"]) for p in again["points"]} == {
-            ("hot-wallet", 2, OURS),
-            ("hot-wallet", 2, strategies.CACHE_BATCH),
-        }
-        assert again["http"] == [] and not again["problems"]
-        # --no-confirm takes the first measurement's word for it.
-        shutil.rmtree(out)
-        unconfirmed = bench("bench", *argv, "--no-confirm", env=env, timeout=240)
-        assert unconfirmed.returncode == 1
-        assert "measured again" not in unconfirmed.stdout
-        assert not (out / "confirmation").exists()
-    finally:
-        database.drop(database.renamed(env["DATABASE_URL"], name))
 
 
 def test_the_environment_of_each_strategy_is_decided_in_one_place():
