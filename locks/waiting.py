@@ -8,6 +8,10 @@ up leaves, which names the next head; one that is served leaves silently, since 
 the funds: the spend or release that frees them names the next head. Nobody starves: a later
 waiter never goes first.
 
+Requests of one process that arrive together for a key nobody waits for yet make one try
+between them (``Queues.first_try``): the others wait for its outcome, and when it found the
+funds held they join the queue behind it without trying themselves.
+
 Waiting parks a thread, not a process (the web server runs threaded workers), holds no database
 connection (it goes back to the process's pool while the thread sleeps) and costs the database
 nothing while nothing changes: the head re-checks on its own every ``POLL`` seconds only in
@@ -46,6 +50,14 @@ class QueueFull(Exception):
 
 
 @dataclass
+class Try:
+    """A first try at a key's funds under way in this process, and whether it found them held."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    locked: bool = False
+
+
+@dataclass
 class Ticket:
     """One waiting request's place in its key's queue."""
 
@@ -69,6 +81,7 @@ class Queues:
         self._lock = threading.Lock()
         self._heads: dict[WalletKey, int] = {}
         self._local: dict[int, Ticket] = {}
+        self._trying: dict[WalletKey, Try] = {}
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._stop = threading.Event()
@@ -92,6 +105,25 @@ class Queues:
         """Tell whether requests of ``key`` are waiting (a newcomer must queue behind them)."""
         with self._lock:
             return key in self._heads
+
+    def first_try(self, key: WalletKey) -> tuple[Try, bool]:
+        """Return the try at ``key`` under way here, and whether the caller is to make it.
+
+        The caller that is (no try was under way) tells its outcome with ``tried``.
+        """
+        with self._lock:
+            found = self._trying.get(key)
+            if found is not None:
+                return found, False
+            found = self._trying[key] = Try()
+            return found, True
+
+    def tried(self, key: WalletKey, attempt: Try) -> None:
+        """Tell the others waiting on a first try at ``key`` its outcome (``attempt.locked``)."""
+        with self._lock:
+            if self._trying.get(key) is attempt:
+                del self._trying[key]
+        attempt.done.set()
 
     def join(self, key: WalletKey, seconds: float) -> Ticket:
         """Take a place at the end of the queue of ``key`` for at most ``seconds``."""
@@ -247,23 +279,53 @@ def wait_for(key: WalletKey, seconds: float, attempt, clock=time.monotonic):
     """Call ``attempt()`` until it succeeds, waiting in the queue of ``key`` between tries.
 
     ``attempt`` raises ``sherdlock.FundsLocked`` while others hold the funds. A newcomer tries
-    at once only if nobody waits for ``key`` yet; then only as the queue's head. Return what
-    the successful attempt returned; after ``seconds`` re-raise the last FundsLocked.
+    at once only if nobody waits for ``key`` yet; then only as the queue's head. Newcomers of
+    one process that arrive together make one try between them: while one tries, the others
+    wait for its outcome, and if it found the funds held they queue behind it without a try
+    of their own (a burst of waiting requests is not a burst of lock attempts bound to fail).
+    Return what the successful attempt returned; after ``seconds`` re-raise the last
+    FundsLocked.
     """
     from sherdlock import FundsLocked
 
     deadline = clock() + seconds
     q = queues()
     q.start()
-    if not q.queued(key):
-        try:
-            return attempt()
-        except FundsLocked:
-            pass
+    first: Try | None = None  # the try this request made for the others, until it is told
+    try:
+        if not q.queued(key):
+            found, mine = q.first_try(key)
+            if mine:
+                first = found
+                try:
+                    return attempt()
+                except FundsLocked:
+                    first.locked = True
+            elif not (found.done.wait(max(0.0, deadline - clock())) and found.locked):
+                try:
+                    return attempt()
+                except FundsLocked:
+                    pass
+        return _queued(q, key, seconds, deadline, attempt, clock, first)
+    finally:
+        if first is not None:
+            q.tried(key, first)
+
+
+def _queued(q: Queues, key: WalletKey, seconds: float, deadline: float, attempt, clock, first):
+    """Wait in the queue of ``key`` and try as its head (``wait_for`` after its first look).
+
+    ``first``, the try this request made for the others of its process, is told once this
+    request has its place, so that they queue behind it.
+    """
+    from sherdlock import FundsLocked
+
     if not q.slots.acquire(blocking=False):
         raise QueueFull()
     try:
         ticket = q.join(key, seconds)
+        if first is not None:
+            q.tried(key, first)
         last: FundsLocked | None = None
         served = False
         try:

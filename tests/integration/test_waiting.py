@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
+from typing import ClassVar
 
 import psycopg
 import pytest
@@ -154,6 +156,97 @@ def test_release_keeps_a_connection_inside_a_transaction():
         assert connection.connection is not None
     assert db.release() is True
     assert connection.connection is None
+
+
+@dataclass
+class _WatchedTry(waiting.Try):
+    """A first try that says when another request starts waiting for its outcome."""
+
+    watched: ClassVar[threading.Event] = threading.Event()
+
+    def __post_init__(self) -> None:
+        watched, done = self.watched, self.done
+
+        class Done(threading.Event):
+            def wait(self, timeout: float | None = None) -> bool:
+                watched.set()
+                return done.wait(timeout)
+
+            def set(self) -> None:
+                done.set()
+
+        self.done = Done()
+
+
+def _two_together(monkeypatch, first_finds, second_finds):
+    """Run two waiting requests of one key in this process, the second while the first tries.
+
+    ``first_finds(n)`` and ``second_finds(n)`` play each one's n-th try (raise or return).
+    Return each one's result and the times of each one's tries, relative to the start.
+    """
+    from sherdlock import WalletKey
+
+    monkeypatch.setattr(waiting, "Try", _WatchedTry)
+    _WatchedTry.watched = threading.Event()
+    key, started = WalletKey("w", "USD"), time.monotonic()
+    tries: dict[str, list[float]] = {"first": [], "second": []}
+    results: dict[str, object] = {}
+    gate, trying = threading.Event(), threading.Event()
+
+    def request(name, finds, gated):
+        def attempt():
+            tries[name].append(time.monotonic() - started)
+            if gated and len(tries[name]) == 1:
+                trying.set()
+                assert gate.wait(10)
+            return finds(len(tries[name]))
+
+        try:
+            results[name] = waiting.wait_for(key, 5, attempt)
+        except Exception as exc:
+            results[name] = exc
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=request, args=("first", first_finds, True))
+    first.start()
+    assert trying.wait(10)
+    second = threading.Thread(target=request, args=("second", second_finds, False))
+    second.start()
+    assert _WatchedTry.watched.wait(10), "the second request waits for the first one's try"
+    gate.set()
+    for thread in (first, second):
+        thread.join(15)
+        assert not thread.is_alive()
+    return results, tries
+
+
+def test_a_request_arriving_while_another_finds_the_funds_held_queues_without_a_try(
+    monkeypatch,
+):
+    from sherdlock import FundsLocked, WalletKey
+
+    def first_finds(n):
+        if n == 1:
+            raise FundsLocked(WalletKey("w", "USD"), 5, 0, 0.1)
+        return "first"  # as the queue's head, right after joining
+
+    results, tries = _two_together(monkeypatch, first_finds, lambda n: "second")
+
+    assert results == {"first": "first", "second": "second"}
+    # The second queued behind the first without a try of its own, and tried once, as head,
+    # after the first was served (a served waiter names nobody: the head found it by looking).
+    assert len(tries["first"]) == 2 and len(tries["second"]) == 1
+    assert tries["second"][0] > tries["first"][1]
+
+
+def test_a_request_arriving_while_another_is_served_tries_at_once(monkeypatch, db_url):
+    results, tries = _two_together(monkeypatch, lambda n: "first", lambda n: "second")
+
+    assert results == {"first": "first", "second": "second"}
+    assert len(tries["first"]) == 1 and len(tries["second"]) == 1
+    assert tries["second"][0] < waiting.POLL  # not a look around after a second asleep
+    assert _waiters(db_url) == 0  # neither joined a queue
 
 
 def _waiters(url: str) -> int:
