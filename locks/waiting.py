@@ -82,6 +82,7 @@ class Queues:
         self._heads: dict[WalletKey, int] = {}
         self._local: dict[int, Ticket] = {}
         self._trying: dict[WalletKey, Try] = {}
+        self._refreshed: float | None = None  # when the heads were last read (monotonic)
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._stop = threading.Event()
@@ -150,11 +151,26 @@ class Queues:
         ticket.woken.clear()
         return woken
 
-    def refresh(self) -> None:
-        """Re-read every queue's head from the database."""
+    def refresh(self, fresh_for: float = 0.0, clock=time.monotonic) -> bool:
+        """Re-read every queue's head from the database; return whether this call read them.
+
+        Nothing is read if this process read them less than ``fresh_for`` seconds ago (or is
+        reading them now): the waiters that look around once in a while share one look per
+        process, not one each. A local waiter the reading names head for the first time is woken.
+        """
+        with self._lock:
+            now = clock()
+            if self._refreshed is not None and now - self._refreshed < fresh_for:
+                return False
+            self._refreshed = now
         rows = db.execute(queries.HEADS, {}).fetchall()
         with self._lock:
-            self._heads = {WalletKey(w, c): int(head) for w, c, head in rows}
+            before, self._heads = self._heads, {WalletKey(w, c): int(head) for w, c, head in rows}
+            for key, head in self._heads.items():
+                local = self._local.get(head)
+                if local is not None and before.get(key) != head:
+                    local.woken.set()
+        return True
 
     def leave(self, ticket: Ticket, served: bool = False) -> None:
         """Give up the place of ``ticket``, telling every process who heads the queue now.
@@ -340,7 +356,9 @@ def _queued(q: Queues, key: WalletKey, seconds: float, deadline: float, attempt,
                         return result
                 db.release()  # a sleeping request holds no database connection
                 if not q.wait(ticket, min(left, POLL)) and not q.is_head(ticket):
-                    q.refresh()  # nothing heard for a while: is the head still alive?
+                    # Nothing heard for a while: is the head still alive? (One look per
+                    # process in half the interval serves every waiter of the process.)
+                    q.refresh(fresh_for=POLL / 2)
         finally:
             q.leave(ticket, served)
     finally:

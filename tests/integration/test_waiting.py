@@ -252,3 +252,28 @@ def test_a_request_arriving_while_another_is_served_tries_at_once(monkeypatch, d
 def _waiters(url: str) -> int:
     with psycopg.connect(url, autocommit=True) as conn:
         return conn.execute("SELECT count(*) FROM locks_waiter").fetchone()[0]
+
+
+def test_waiters_of_a_process_share_one_look_around():
+    """Waiters that heard nothing look for the queues' heads once per process in a while,
+    not once each; a local waiter the look names head for the first time is woken."""
+    from django.test.utils import CaptureQueriesContext
+
+    from sherdlock import WalletKey
+
+    queues, now = waiting.Queues(), [100.0]
+    first, second = _join("w"), _join("w")
+    ahead = waiting.Ticket(first, WalletKey("w", "USD"))
+    behind = waiting.Ticket(second, WalletKey("w", "USD"))
+    queues._local.update({first: ahead, second: behind})
+    with CaptureQueriesContext(connection) as looked:
+        assert queues.refresh(0.5, clock=lambda: now[0])
+        assert ahead.woken.is_set() and not behind.woken.is_set()  # first named head: woken
+        ahead.woken.clear()
+        now[0] += 0.4
+        assert not queues.refresh(0.5, clock=lambda: now[0])  # another waiter's, 0.4 s later
+        db.execute(queries.LEAVE, {"id": first})
+        now[0] += 0.2
+        assert queues.refresh(0.5, clock=lambda: now[0])
+    assert [q["sql"] for q in looked].count(db.native(queries.HEADS)[0]) == 2
+    assert queues.is_head(behind) and behind.woken.is_set() and not ahead.woken.is_set()
