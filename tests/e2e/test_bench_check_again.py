@@ -15,7 +15,8 @@ import sys
 import pytest
 from django.conf import settings
 
-from bench import database
+from bench import database, runner
+from bench.options import parse_args
 from bench.strategies import CACHE_BATCH, OURS
 from tests.helpers.processes import ROOT, database_url
 
@@ -78,17 +79,19 @@ def test_check_measures_a_dropped_point_again_before_it_calls_it_a_regression(tm
         assert checked.returncode == 1, checked.stderr[-4000:] + checked.stdout[-2000:]
         assert "REGRESSED hot-wallet R=2 ours÷the best baseline" in checked.stdout
         assert "measured again:" in checked.stdout
+        report = json.loads((out / "report.json").read_text())
         again = json.loads((out / "confirmation" / "report.json").read_text())
         assert {(p["workload"], p["replicas"], p["strategy"]) for p in again["points"]} == {
             ("hot-wallet", 2, OURS),
             ("hot-wallet", 2, CACHE_BATCH),
         }
         assert again["http"] == [] and not again["problems"]
-        # --no-confirm takes the first measurement's word for it.
-        shutil.rmtree(out)
-        unconfirmed = bench(*argv, "--no-confirm", env=env)
-        assert unconfirmed.returncode == 1
-        assert "measured again" not in unconfirmed.stdout
+        # --no-confirm takes the first measurement's word for it: the same report, checked
+        # again without measuring (no replica is started, nothing is written).
+        shutil.rmtree(out / "confirmation")
+        args = parse_args([*argv, "--no-confirm"])
+        assert args.confirm is False
+        assert runner._check(args, report, out / "report.json", [OURS, CACHE_BATCH]) == 1
         assert not (out / "confirmation").exists()
     finally:
         database.drop(database.renamed(env["DATABASE_URL"], name))
