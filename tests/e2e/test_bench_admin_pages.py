@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 from django.conf import settings
 
 from bench import database
 from bench.admin_pages import PAGES
-from tests.helpers.processes import ROOT, database_url
+from tests.helpers.processes import database_url, run_module
 
 
 @pytest.mark.timeout(600)
@@ -40,23 +38,9 @@ def test_the_benchmark_seeds_requests_every_page_and_reports(tmp_path):
         str(out),
     ]
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "bench.admin_pages", *argv],
-            cwd=ROOT,
-            env=env,
-            text=True,
-            capture_output=True,
-            timeout=480,
-        )
+        done = run_module("bench.admin_pages", *argv, env=env, timeout=480)
         assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]
-        again = subprocess.run(
-            [sys.executable, "-m", "bench.admin_pages", *argv, "--reuse"],
-            cwd=ROOT,
-            env=env,
-            text=True,
-            capture_output=True,
-            timeout=480,
-        )
+        again = run_module("bench.admin_pages", *argv, "--reuse", env=env, timeout=480)
         assert again.returncode == 0, again.stderr[-4000:]
         assert "reusing the 120 tokens" in again.stderr
     finally:

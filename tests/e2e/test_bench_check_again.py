@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 from django.conf import settings
@@ -18,7 +16,7 @@ from django.conf import settings
 from bench import database, runner
 from bench.options import parse_args
 from bench.strategies import CACHE_BATCH, OURS
-from tests.helpers.processes import ROOT, database_url
+from tests.helpers.processes import database_url, run_module
 
 ONE_POINT = [
     "--workloads",
@@ -46,17 +44,6 @@ ONE_POINT = [
 ]
 
 
-def bench(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "bench", *argv],
-        cwd=ROOT,
-        env=env,
-        text=True,
-        capture_output=True,
-        timeout=240,
-    )
-
-
 @pytest.mark.timeout(300)
 def test_check_measures_a_dropped_point_again_before_it_calls_it_a_regression(tmp_path):
     # A baseline in which ours led cache-batch a thousand times over at hot-wallet R = 2: the
@@ -75,7 +62,7 @@ def test_check_measures_a_dropped_point_again_before_it_calls_it_a_regression(tm
     out = tmp_path / "out"
     argv = [*ONE_POINT, "--out", str(out), "--database", name, "--check", str(baseline)]
     try:
-        checked = bench(*argv, env=env)
+        checked = run_module("bench", *argv, env=env, timeout=240)
         assert checked.returncode == 1, checked.stderr[-4000:] + checked.stdout[-2000:]
         assert "REGRESSED hot-wallet R=2 ours÷the best baseline" in checked.stdout
         assert "measured again:" in checked.stdout

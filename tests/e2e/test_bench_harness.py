@@ -11,7 +11,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from bench import database, strategies
 from bench.strategies import BASELINES, HTTP, LISTENER, OURS
 from bench.verify import overlapping_holds, spent_twice
 from bench.worker import Record
-from tests.helpers.processes import ROOT, database_url
+from tests.helpers.processes import database_url, run_module
 
 WORKLOADS = ("spread", "hot-wallet", "hot-tokens")
 CHAIN = 6
@@ -86,17 +85,6 @@ REPORT_KEYS = {
 }
 
 
-def bench(*argv: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", *argv],
-        cwd=ROOT,
-        env=env,
-        text=True,
-        capture_output=True,
-        timeout=timeout,
-    )
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> tuple[dict, Path, subprocess.CompletedProcess]:
     """Run the harness once for the module, in a database of its own on the test server."""
@@ -109,7 +97,7 @@ def run(tmp_path_factory) -> tuple[dict, Path, subprocess.CompletedProcess]:
         DATABASE_URL=database_url(settings.DATABASES["default"]),
         SHERDLOCK_FETCH_LIMIT="1",
     )
-    done = bench("bench", *TINY, "--out", str(out), "--database", name, env=env, timeout=540)
+    done = run_module("bench", *TINY, "--out", str(out), "--database", name, env=env, timeout=540)
     try:
         assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]
         yield json.loads((out / "report.json").read_text()), out, done
@@ -285,14 +273,14 @@ def test_the_plot_is_written(run):
 def test_check_passes_against_itself_and_fails_on_regressions_and_faults(run, tmp_path):
     report, out, _ = run
     env = dict(os.environ)
-    same = bench(
+    same = run_module(
         "bench.check", str(out / "report.json"), str(out / "report.json"), env=env, timeout=60
     )
     assert same.returncode == 0, same.stdout
     doctored = dict(report, ratios=[dict(r, value=r["value"] * 10) for r in report["ratios"]])
     baseline = tmp_path / "baseline.json"
     baseline.write_text(json.dumps(doctored))
-    worse = bench(
+    worse = run_module(
         "bench.check",
         str(out / "report.json"),
         str(baseline),
@@ -312,7 +300,7 @@ def test_check_passes_against_itself_and_fails_on_regressions_and_faults(run, tm
     )
     current = tmp_path / "faulty.json"
     current.write_text(json.dumps(faulty))
-    broken = bench("bench.check", str(current), str(out / "report.json"), env=env, timeout=60)
+    broken = run_module("bench.check", str(current), str(out / "report.json"), env=env, timeout=60)
     assert broken.returncode == 1, broken.stdout
     assert "double_spends=1" in broken.stdout
 

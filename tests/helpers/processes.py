@@ -1,8 +1,10 @@
-"""Other processes: the test database's URL, a child's environment, waiting for news."""
+"""Other processes: the database's URL, a child's environment, a module run, waiting for news."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +40,20 @@ def child_env(db_url: str) -> dict[str, str]:
     env["DJANGO_SETTINGS_MODULE"] = "config.settings"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
+
+
+def run_module(
+    module: str, *argv: str, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess:
+    """Run ``python -m module argv...`` in the project, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *argv],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+    )
 
 
 def wait_for(predicate: Callable[[], T], what: str, timeout: float = WAIT) -> T:
