@@ -64,7 +64,7 @@ class Knobs:
     max_lease_seconds: float = 600.0
     # Requests one web process lets wait for held funds at once (Prefer: wait); a web worker
     # never lets more than its threads (WEB_THREADS) less 8 wait, so that spends and releases
-    # always find one (locks.waiting.wait_slots).
+    # always find one (locks.wait_slots.wait_slots).
     wait_slots: int = 120
     # How long a process trusts an API key it read (revocation takes effect within this).
     api_key_cache_seconds: float = 5.0

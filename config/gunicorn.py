@@ -105,7 +105,7 @@ def nworkers_changed(server, new_value, old_value) -> None:
 
 def post_fork(server, worker) -> None:
     """Tell the worker's app how many threads it really has (``--threads`` may override the
-    setting above): its wait slots never take them all (``locks.waiting.wait_slots``).
+    setting above): its wait slots never take them all (``locks.wait_slots.wait_slots``).
 
     Say so if the worker keeps no count of its connections (another worker class, or a
     gunicorn release that renamed ``nr_conns``): no connection would ever be moved.

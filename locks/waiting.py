@@ -10,7 +10,9 @@ waiter never goes first.
 
 Requests of one process that arrive together for a key nobody waits for yet make one try
 between them (``Queues.first_try``): the others wait for its outcome, and when it found the
-funds held they join the queue behind it without trying themselves.
+funds held they join the queue behind it without trying themselves. Joins are batched too
+(``Queues.join``): those that arrive while a join statement of their key is under way go in the
+next one together, so such a burst costs a few statements rather than one per request.
 
 Waiting parks a thread, not a process (the web server runs threaded workers), holds no database
 connection (it goes back to the process's pool while the thread sleeps) and costs the database
@@ -36,6 +38,7 @@ from common import db
 from common.knobs import knobs
 from locks.listener import django_connect
 from locks.sql import waiting as queries
+from locks.wait_slots import wait_slots, worker_threads
 from sherdlock import WalletKey
 
 log = logging.getLogger(__name__)
@@ -43,6 +46,9 @@ log = logging.getLogger(__name__)
 # Seconds a waiter sleeps before it looks again by itself: the head re-selects, the others
 # re-read who heads their queue (a head whose process died stops counting at its deadline).
 POLL = 1.0
+
+# Locks that keep one join statement per key under way in a process (keys hash to one of them).
+SENDING_LOCKS = 16
 
 
 class QueueFull(Exception):
@@ -55,6 +61,16 @@ class Try:
 
     done: threading.Event = field(default_factory=threading.Event)
     locked: bool = False
+
+
+@dataclass
+class Joining:
+    """Requests of this process joining a key's queue in one statement, in arrival order."""
+
+    seconds: list[float] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+    ids: list[int] = field(default_factory=list)
+    failed: BaseException | None = None
 
 
 @dataclass
@@ -82,6 +98,9 @@ class Queues:
         self._heads: dict[WalletKey, int] = {}
         self._local: dict[int, Ticket] = {}
         self._trying: dict[WalletKey, Try] = {}
+        self._joining: dict[WalletKey, Joining] = {}  # the batch still open, per key
+        # One join statement of a key under way at a time (keys share a few locks).
+        self._sending = [threading.Lock() for _ in range(SENDING_LOCKS)]
         self._refreshed: float | None = None  # when the heads were last read (monotonic)
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -127,18 +146,52 @@ class Queues:
         attempt.done.set()
 
     def join(self, key: WalletKey, seconds: float) -> Ticket:
-        """Take a place at the end of the queue of ``key`` for at most ``seconds``."""
-        row = db.one(
-            db.execute(
-                queries.JOIN,
-                {"wallet": key.wallet, "currency": key.currency, "seconds": float(seconds)},
-            )
-        )
-        ticket = Ticket(int(row[0]), key)
+        """Take a place at the end of the queue of ``key`` for at most ``seconds``.
+
+        Requests of this process join a key's queue one statement at a time: those that arrive
+        while a statement is under way join together in the next one (the first of them sends
+        it), so a burst of joins costs a few statements, not one each.
+        """
+        with self._lock:
+            batch = self._joining.get(key)
+            if batch is None:
+                batch = self._joining[key] = Joining()
+            place = len(batch.seconds)
+            batch.seconds.append(float(seconds))
+            sending = self._sending[hash(key) % SENDING_LOCKS]
+        if place == 0:
+            with sending:
+                with self._lock:
+                    del self._joining[key]  # whoever comes now joins the next statement
+                self._send(key, batch)
+        else:
+            batch.done.wait()
+        if batch.failed is not None:
+            raise batch.failed
+        ticket = Ticket(batch.ids[place], key)
         with self._lock:
             self._local[ticket.id] = ticket
-            self._set_head(key, row[1])
+            if self._heads.get(key) == ticket.id:
+                ticket.woken.set()  # named head before it was known here
         return ticket
+
+    def _send(self, key: WalletKey, batch: Joining) -> None:
+        """Insert the waiters of ``batch``; record their ids and their queue's head."""
+        try:
+            ids, head, _ = db.one(
+                db.execute(
+                    queries.JOIN,
+                    {"wallet": key.wallet, "currency": key.currency, "seconds": batch.seconds},
+                )
+            )
+            batch.ids = [int(i) for i in ids]
+            with self._lock:
+                self._set_head(key, head)
+        except BaseException as exc:
+            batch.failed = exc
+            raise
+        finally:
+            batch.done.set()
 
     def is_head(self, ticket: Ticket) -> bool:
         """Tell whether ``ticket`` heads its queue (only the head may try to select)."""
@@ -251,35 +304,11 @@ class Queues:
 _queues: Queues | None = None
 
 
-# Threads of a web worker that waiting requests never take, so that the spends and releases
-# that move the queues on always find one (half of them in a worker of 16 threads or fewer).
-THREADS_KEPT_FREE = 8
-
-
-def wait_slots(configured: int, threads: int | None) -> int:
-    """Return how many requests may wait at once in a process of ``threads`` threads.
-
-    ``configured`` is the WAIT_SLOTS knob; ``threads`` the web worker's thread count (None
-    outside a web worker: no cap). A worker whose threads could all park would leave no thread
-    for the spend that frees the funds, and every waiter would wait out its deadline.
-    """
-    if threads is None:
-        return configured
-    spare = threads - THREADS_KEPT_FREE if threads > 2 * THREADS_KEPT_FREE else threads // 2
-    return max(0, min(configured, spare))
-
-
-def _worker_threads() -> int | None:
-    """Return this web worker's thread count (set by ``config/gunicorn.py``), else None."""
-    value = os.environ.get("WEB_THREADS", "")
-    return int(value) if value.isdigit() else None
-
-
 def queues() -> Queues:
     """Return this process's queues (each process, forked or not, has its own)."""
     global _queues
     if _queues is None:
-        _queues = Queues(wait_slots(knobs().wait_slots, _worker_threads()))
+        _queues = Queues(wait_slots(knobs().wait_slots, worker_threads()))
     return _queues
 
 

@@ -42,26 +42,28 @@ def wake(keys: str, when: str) -> str:
     return WAKE.format(notify=WAKE_NOTIFY, keys=keys, when=when)
 
 
-# Join the queue of a key until a deadline; answer the waiter's id and the queue's head (the
-# new row is not yet visible to this statement's own reads, hence the least()). Only a waiter
+# Join the queue of a key, one waiter per element of %(seconds)s (each until its own deadline),
+# in that order: requests of one process that join together join in one statement. Answer the
+# new waiters' ids (drawn in that order, so ascending ids follow it) and the queue's head (the
+# new rows are not yet visible to this statement's own reads, hence the least()). Only a batch
 # that heads the queue is announced: behind others, the head stays what every process knows.
 JOIN = """
 WITH{commit}
 joined AS (
     INSERT INTO locks_waiter (wallet, currency, created_at, expires_at)
-    SELECT %(wallet)s::text, %(currency)s::text, now(),
-           now() + %(seconds)s::float8 * interval '1 second'
-    FROM commit_mode
+    SELECT %(wallet)s::text, %(currency)s::text, now(), now() + s.seconds * interval '1 second'
+    FROM commit_mode, unnest(%(seconds)s::float8[]) WITH ORDINALITY AS s(seconds, n)
+    ORDER BY s.n
     RETURNING id
 ),
 head AS (
-    SELECT least((SELECT id FROM joined),
+    SELECT least((SELECT min(id) FROM joined),
                  (SELECT min(id) FROM locks_waiter
                   WHERE wallet = %(wallet)s::text AND currency = %(currency)s::text
                     AND expires_at > now())) AS id
 )
-SELECT (SELECT id FROM joined), (SELECT id FROM head),
-       (SELECT {notify} WHERE (SELECT id FROM head) = (SELECT id FROM joined))
+SELECT (SELECT array_agg(id ORDER BY id) FROM joined), (SELECT id FROM head),
+       (SELECT {notify} WHERE (SELECT id FROM head) = (SELECT min(id) FROM joined))
 """.format(
     commit=ASYNC_COMMIT,
     notify=NOTIFY_HEAD.format(

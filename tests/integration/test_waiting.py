@@ -16,7 +16,7 @@ import pytest
 from django.db import connection
 
 from common import db
-from locks import waiting
+from locks import wait_slots, waiting
 from locks.selections import release_selection
 from locks.services import select_tokens
 from locks.sql import waiting as queries
@@ -37,8 +37,9 @@ def listener(db_url):
 
 
 def _join(wallet: str) -> int:
-    row = db.one(db.execute(queries.JOIN, {"wallet": wallet, "currency": "USD", "seconds": 30.0}))
-    return int(row[0])
+    row = db.one(db.execute(queries.JOIN, {"wallet": wallet, "currency": "USD", "seconds": [30.0]}))
+    (joined,) = row[0]
+    return int(joined)
 
 
 def test_only_a_waiter_that_heads_its_queue_is_announced(listener):
@@ -130,7 +131,7 @@ def test_a_request_finding_no_wait_slot_is_answered_at_once(settings):
     ],
 )
 def test_waiting_requests_never_take_every_thread_of_a_worker(configured, threads, slots):
-    assert waiting.wait_slots(configured, threads) == slots
+    assert wait_slots.wait_slots(configured, threads) == slots
 
 
 def test_a_web_worker_learns_its_thread_count(monkeypatch):
@@ -141,10 +142,10 @@ def test_a_web_worker_learns_its_thread_count(monkeypatch):
     # setenv, not delenv: an absent variable that delenv skipped would not be restored, and
     # post_fork's value would outlive this test.
     monkeypatch.setenv("WEB_THREADS", "")
-    assert waiting._worker_threads() is None
+    assert wait_slots.worker_threads() is None
     gunicorn.post_fork(None, SimpleNamespace(cfg=SimpleNamespace(threads=20), nr_conns=0))
-    assert waiting._worker_threads() == 20
-    assert waiting.wait_slots(120, waiting._worker_threads()) == 12
+    assert wait_slots.worker_threads() == 20
+    assert wait_slots.wait_slots(120, wait_slots.worker_threads()) == 12
 
 
 def test_release_keeps_a_connection_inside_a_transaction():

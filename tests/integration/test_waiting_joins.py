@@ -1,0 +1,112 @@
+"""Requests of one process joining a key's queue together: one statement per burst."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection
+
+from locks import waiting
+from sherdlock import WalletKey
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+KEY = WalletKey("w", "USD")
+
+
+def _until(condition, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def _live_waiters() -> list[tuple[int, float]]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, extract(epoch FROM expires_at - created_at)::float8 FROM locks_waiter"
+            " WHERE wallet = %s AND currency = %s ORDER BY id",
+            [KEY.wallet, KEY.currency],
+        )
+        return [(int(i), round(float(s), 3)) for i, s in cursor.fetchall()]
+
+
+def _burst(monkeypatch, queues: waiting.Queues, fail_second: bool = False):
+    """Join a, then b, c and d while a's statement is under way; return what each got and the
+    seconds each statement carried. With ``fail_second`` the second statement fails."""
+    sent: list[list[float]] = []
+    sending, go_on = threading.Event(), threading.Event()
+    send, execute = waiting.Queues._send, waiting.db.execute
+
+    def held_send(self, key, batch):
+        sent.append(list(batch.seconds))
+        if len(sent) == 1:
+            sending.set()
+            assert go_on.wait(10)
+        send(self, key, batch)
+
+    def failing_execute(statement, params, *args):
+        if fail_second and len(sent) == 2:
+            raise RuntimeError("the database went away")
+        return execute(statement, params, *args)
+
+    monkeypatch.setattr(waiting.Queues, "_send", held_send)
+    monkeypatch.setattr(waiting.db, "execute", failing_execute)
+    got: dict[str, object] = {}
+
+    def join(name: str, seconds: float) -> None:
+        try:
+            got[name] = queues.join(KEY, seconds)
+        except Exception as exc:
+            got[name] = exc
+        finally:
+            connection.close()
+
+    def open_batch() -> int:
+        with queues._lock:
+            batch = queues._joining.get(KEY)
+            return 0 if batch is None else len(batch.seconds)
+
+    threads = [threading.Thread(target=join, args=("a", 11.0))]
+    threads[0].start()
+    assert sending.wait(10)  # a's statement is under way
+    for count, (name, seconds) in enumerate((("b", 12.0), ("c", 13.0), ("d", 14.0)), start=1):
+        threads.append(threading.Thread(target=join, args=(name, seconds)))
+        threads[-1].start()
+        _until(lambda count=count: open_batch() == count)  # each waits behind the one before
+    go_on.set()
+    for thread in threads:
+        thread.join(15)
+        assert not thread.is_alive()
+    return got, sent
+
+
+def test_joins_arriving_while_one_is_sent_go_together_in_arrival_order(monkeypatch):
+    """The first join is sent at once; three arriving while it is under way make one statement
+    between them, and every request gets its own place in the order it came, with its own
+    deadline."""
+    queues = waiting.Queues()
+    got, sent = _burst(monkeypatch, queues)
+
+    assert sent == [[11.0], [12.0, 13.0, 14.0]]
+    tickets = [got[name] for name in "abcd"]
+    assert all(isinstance(ticket, waiting.Ticket) for ticket in tickets)
+    ids = [ticket.id for ticket in tickets]
+    assert ids == sorted(set(ids))
+    assert _live_waiters() == list(zip(ids, (11.0, 12.0, 13.0, 14.0), strict=True))
+    assert queues.is_head(tickets[0]) and not queues.is_head(tickets[1])
+
+
+def test_a_join_statement_that_fails_fails_each_of_its_requests(monkeypatch):
+    queues = waiting.Queues()
+    got, sent = _burst(monkeypatch, queues, fail_second=True)
+
+    assert sent == [[11.0], [12.0, 13.0, 14.0]]
+    assert isinstance(got["a"], waiting.Ticket)
+    assert [str(got[name]) for name in "bcd"] == ["the database went away"] * 3
+    assert [i for i, _ in _live_waiters()] == [got["a"].id]
+    assert queues._joining == {}  # the next request starts a statement of its own
+    monkeypatch.undo()
+    assert queues.join(KEY, 5.0).id > got["a"].id
