@@ -24,6 +24,10 @@ TABLES = (
     "locks_failedselection",
     "clients_ratebucket",
     "tokens_currencysupply",
+    # A point must not inherit a queue: a waiter row left by a process that died (a run stopped
+    # midway, a web server stopped with requests waiting) would head its key's queue until its
+    # deadline, and the chain's wallet is the same in every run.
+    "locks_waiter",
 )
 
 # Lock rows left on unspent tokens once every replica has spent or released what it held
@@ -297,7 +301,7 @@ def expired_left() -> int:
 
 
 def reset() -> None:
-    """Restore the seeded tokens with their ids, and empty the lock and selection tables."""
+    """Restore the seeded tokens with their ids, and empty the lock, selection and waiter tables."""
     with _Quiet(), _cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
         cursor.execute("INSERT INTO tokens_token SELECT * FROM bench_snapshot")
