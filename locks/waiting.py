@@ -10,9 +10,8 @@ waiter never goes first.
 
 Requests of one process that arrive together for a key nobody waits for yet make one try
 between them (``Queues.first_try``): the others wait for its outcome, and when it found the
-funds held they join the queue behind it without trying themselves. Joins are batched too
-(``Queues.join``): those that arrive while a join statement of their key is under way go in the
-next one together, so such a burst costs a few statements rather than one per request.
+funds held they join the queue behind it without trying themselves. Joins arriving while one
+of their key is under way go together in the next statement (``Queues.join``).
 
 Waiting parks a thread, not a process (the web server runs threaded workers), holds no database
 connection (it goes back to the process's pool while the thread sleeps) and costs the database
@@ -99,7 +98,6 @@ class Queues:
         self._local: dict[int, Ticket] = {}
         self._trying: dict[WalletKey, Try] = {}
         self._joining: dict[WalletKey, Joining] = {}  # the batch still open, per key
-        # One join statement of a key under way at a time (keys share a few locks).
         self._sending = [threading.Lock() for _ in range(SENDING_LOCKS)]
         self._refreshed: float | None = None  # when the heads were last read (monotonic)
         self._thread: threading.Thread | None = None
@@ -150,8 +148,11 @@ class Queues:
 
         Requests of this process join a key's queue one statement at a time: those that arrive
         while a statement is under way join together in the next one (the first of them sends
-        it), so a burst of joins costs a few statements, not one each.
+        it), so a burst of joins costs a few statements, not one each. A request gives its
+        connection back first: requests holding every connection of the pool while they wait
+        for another's statement would leave none for it.
         """
+        db.release()
         with self._lock:
             batch = self._joining.get(key)
             if batch is None:
@@ -346,11 +347,13 @@ def wait_for(key: WalletKey, seconds: float, attempt, clock=time.monotonic):
                     return attempt()
                 except FundsLocked:
                     first.locked = True
-            elif not (found.done.wait(max(0.0, deadline - clock())) and found.locked):
-                try:
-                    return attempt()
-                except FundsLocked:
-                    pass
+            else:
+                db.release()  # waiting for another thread, it holds no pooled connection
+                if not (found.done.wait(max(0.0, deadline - clock())) and found.locked):
+                    try:
+                        return attempt()
+                    except FundsLocked:
+                        pass
         return _queued(q, key, seconds, deadline, attempt, clock, first)
     finally:
         if first is not None:

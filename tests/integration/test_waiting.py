@@ -250,6 +250,61 @@ def test_a_request_arriving_while_another_is_served_tries_at_once(monkeypatch, d
     assert _waiters(db_url) == 0  # neither joined a queue
 
 
+def test_a_request_waiting_for_another_ones_try_holds_no_connection(monkeypatch):
+    """A request that borrowed a connection (its earlier statements) gives it back while it
+    waits for another request's try: threads holding the pool while they wait for each other
+    would leave none for the one they wait for."""
+    from sherdlock import WalletKey
+
+    held_while_waiting: list[bool] = []
+
+    @dataclass
+    class Watched(waiting.Try):
+        def __post_init__(self) -> None:
+            done = self.done
+
+            class Done(threading.Event):
+                def wait(self, timeout: float | None = None) -> bool:
+                    held_while_waiting.append(connection.connection is not None)
+                    return done.wait(timeout)
+
+                def set(self) -> None:
+                    done.set()
+
+            self.done = Done()
+
+    monkeypatch.setattr(waiting, "Try", Watched)
+    key, trying, gate = WalletKey("w", "USD"), threading.Event(), threading.Event()
+
+    def first_attempt():
+        trying.set()
+        assert gate.wait(10)
+        return "first"
+
+    def request(attempt, borrow: bool) -> None:
+        try:
+            if borrow:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT 1")
+            waiting.wait_for(key, 5, attempt)
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=request, args=(first_attempt, False))
+    first.start()
+    assert trying.wait(10)
+    second = threading.Thread(target=request, args=(lambda: "second", True))
+    second.start()
+    deadline = time.monotonic() + 10
+    while not held_while_waiting and time.monotonic() < deadline:
+        time.sleep(0.01)
+    gate.set()
+    for thread in (first, second):
+        thread.join(15)
+        assert not thread.is_alive()
+    assert held_while_waiting == [False]
+
+
 def _waiters(url: str) -> int:
     with psycopg.connect(url, autocommit=True) as conn:
         return conn.execute("SELECT count(*) FROM locks_waiter").fetchone()[0]

@@ -110,3 +110,59 @@ def test_a_join_statement_that_fails_fails_each_of_its_requests(monkeypatch):
     assert queues._joining == {}  # the next request starts a statement of its own
     monkeypatch.undo()
     assert queues.join(KEY, 5.0).id > got["a"].id
+
+
+def test_requests_waiting_for_a_join_statement_leave_the_pool_to_it(monkeypatch):
+    """Requests that had borrowed every connection of the pool (each made a try) and then wait
+    for another's join statement give their connections back, so that statement finds one."""
+    pool = connection.pool
+    assert pool is not None, "the default settings pool connections"
+    connection.close()  # this thread's goes back: the requests below take every one
+    queues = waiting.Queues()
+    sending, go_on = threading.Event(), threading.Event()
+    send, sent = waiting.Queues._send, []
+
+    def held_send(self, key, batch):
+        sent.append(len(batch.seconds))
+        if len(sent) == 1:  # the first statement is under way, not yet connected
+            sending.set()
+            assert go_on.wait(10)
+        send(self, key, batch)
+
+    monkeypatch.setattr(waiting.Queues, "_send", held_send)
+    got: dict[str, object] = {}
+
+    def join(name: str, borrow: bool) -> None:
+        try:
+            if borrow:  # as a request does that tried before it joins
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT 1")
+            got[name] = queues.join(KEY, 5.0)
+        except Exception as exc:
+            got[name] = exc
+        finally:
+            connection.close()
+
+    def open_batch() -> int:
+        with queues._lock:
+            batch = queues._joining.get(KEY)
+            return 0 if batch is None else len(batch.seconds)
+
+    first = threading.Thread(target=join, args=("first", False))
+    first.start()
+    assert sending.wait(10)
+    # The next statement's sender has no connection; those joining it hold the whole pool.
+    joining = [threading.Thread(target=join, args=("next", False))]
+    joining += [
+        threading.Thread(target=join, args=(f"tried-{n}", True)) for n in range(pool.max_size)
+    ]
+    for count, thread in enumerate(joining, start=1):
+        thread.start()
+        _until(lambda count=count: open_batch() == count)
+    started = time.monotonic()
+    go_on.set()
+    for thread in (first, *joining):
+        thread.join(70)  # two pool timeouts of 30 s if the statements found no connection
+    assert time.monotonic() - started < 10, "the statements waited for a connection"
+    assert all(isinstance(ticket, waiting.Ticket) for ticket in got.values()), got
+    assert sent == [1, 1 + pool.max_size]
