@@ -33,6 +33,26 @@ def _live_waiters() -> list[tuple[int, float]]:
         return [(int(i), round(float(s), 3)) for i, s in cursor.fetchall()]
 
 
+def _join(queues: waiting.Queues, got: dict, name: str, seconds: float, borrow: bool = False):
+    """Join the queue as request ``name`` (after a statement of its own with ``borrow``)."""
+    try:
+        if borrow:  # as a request does that tried before it joins
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+        got[name] = queues.join(KEY, seconds)
+    except Exception as exc:
+        got[name] = exc
+    finally:
+        connection.close()
+
+
+def _open_batch(queues: waiting.Queues) -> int:
+    """Return how many requests the statement not yet sent holds."""
+    with queues._lock:
+        batch = queues._joining.get(KEY)
+        return 0 if batch is None else len(batch.seconds)
+
+
 def _burst(monkeypatch, queues: waiting.Queues, fail_second: bool = False):
     """Join a, then b, c and d while a's statement is under way; return what each got and the
     seconds each statement carried. With ``fail_second`` the second statement fails."""
@@ -55,27 +75,13 @@ def _burst(monkeypatch, queues: waiting.Queues, fail_second: bool = False):
     monkeypatch.setattr(waiting.Queues, "_send", held_send)
     monkeypatch.setattr(waiting.db, "execute", failing_execute)
     got: dict[str, object] = {}
-
-    def join(name: str, seconds: float) -> None:
-        try:
-            got[name] = queues.join(KEY, seconds)
-        except Exception as exc:
-            got[name] = exc
-        finally:
-            connection.close()
-
-    def open_batch() -> int:
-        with queues._lock:
-            batch = queues._joining.get(KEY)
-            return 0 if batch is None else len(batch.seconds)
-
-    threads = [threading.Thread(target=join, args=("a", 11.0))]
+    threads = [threading.Thread(target=_join, args=(queues, got, "a", 11.0))]
     threads[0].start()
     assert sending.wait(10)  # a's statement is under way
     for count, (name, seconds) in enumerate((("b", 12.0), ("c", 13.0), ("d", 14.0)), start=1):
-        threads.append(threading.Thread(target=join, args=(name, seconds)))
+        threads.append(threading.Thread(target=_join, args=(queues, got, name, seconds)))
         threads[-1].start()
-        _until(lambda count=count: open_batch() == count)  # each waits behind the one before
+        _until(lambda count=count: _open_batch(queues) == count)  # behind the one before
     go_on.set()
     for thread in threads:
         thread.join(15)
@@ -131,34 +137,18 @@ def test_requests_waiting_for_a_join_statement_leave_the_pool_to_it(monkeypatch)
 
     monkeypatch.setattr(waiting.Queues, "_send", held_send)
     got: dict[str, object] = {}
-
-    def join(name: str, borrow: bool) -> None:
-        try:
-            if borrow:  # as a request does that tried before it joins
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT 1")
-            got[name] = queues.join(KEY, 5.0)
-        except Exception as exc:
-            got[name] = exc
-        finally:
-            connection.close()
-
-    def open_batch() -> int:
-        with queues._lock:
-            batch = queues._joining.get(KEY)
-            return 0 if batch is None else len(batch.seconds)
-
-    first = threading.Thread(target=join, args=("first", False))
+    first = threading.Thread(target=_join, args=(queues, got, "first", 5.0))
     first.start()
     assert sending.wait(10)
     # The next statement's sender has no connection; those joining it hold the whole pool.
-    joining = [threading.Thread(target=join, args=("next", False))]
+    joining = [threading.Thread(target=_join, args=(queues, got, "next", 5.0))]
     joining += [
-        threading.Thread(target=join, args=(f"tried-{n}", True)) for n in range(pool.max_size)
+        threading.Thread(target=_join, args=(queues, got, f"tried-{n}", 5.0, True))
+        for n in range(pool.max_size)
     ]
     for count, thread in enumerate(joining, start=1):
         thread.start()
-        _until(lambda count=count: open_batch() == count)
+        _until(lambda count=count: _open_batch(queues) == count)
     started = time.monotonic()
     go_on.set()
     for thread in (first, *joining):
