@@ -140,6 +140,32 @@ def create(url: str) -> bool:
         return True
 
 
+# A session advisory lock a run holds from start to end (a key of its own, two integers, unlike
+# the single-key lock of housekeeping and the advisory baseline's per wallet). A second run
+# against the same database would truncate the first one's tables under it, and the first one
+# would then report double spends and lost tokens that no selector made.
+RUN_LOCK = (0x73627275, 0)
+
+
+class RunInProgress(RuntimeError):
+    """Another run of the harness is using this database."""
+
+
+@contextlib.contextmanager
+def exclusive(url: str):
+    """Hold the database of ``url`` for this run; raise ``RunInProgress`` if another holds it."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", RUN_LOCK).fetchone()
+        if not (row and row[0]):
+            raise RunInProgress(
+                f"another benchmark run is using {urlsplit(url).path.lstrip('/')}; "
+                "wait for it to end, or give this one another --database"
+            )
+        yield  # the lock goes with the session when the connection closes
+
+
 def drop(url: str) -> None:
     """Drop the database of ``url``, disconnecting its sessions."""
     name = urlsplit(url).path.lstrip("/")

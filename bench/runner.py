@@ -209,27 +209,36 @@ def main(argv: list[str]) -> int:
     url, server = database.locate(args.database)
     try:
         database.create(url)
-        # The harness itself runs the shipped settings too (the floor reads them, migrate
-        # installs what they ask for).
-        environment = strategies.environment(strategies.OURS)
-        os.environ.clear()
-        os.environ.update(environment)
-        os.environ["DATABASE_URL"] = url
-        os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
-        # Every replica's INFO lines (a listener starting, a housekeeping pass) would interleave
-        # with the progress output. The web server keeps the shipped level (bench.web).
-        os.environ.setdefault("LOG_LEVEL", "WARNING")
-        import django
-
-        django.setup()
-        say(f"database {args.database}: migrating")
-        database.migrate()
-        return _run(args, started)
+        with database.exclusive(url):
+            return _main(args, url, started)
+    except database.RunInProgress as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
     finally:
         if server is not None and server.started:
             from config import embedded_db
 
             embedded_db.stop(server.data_dir)
+
+
+def _main(args, url: str, started: float) -> int:
+    """Run the harness against the benchmark database of ``url``, which this run holds."""
+    # The harness itself runs the shipped settings too (the floor reads them, migrate
+    # installs what they ask for).
+    environment = strategies.environment(strategies.OURS)
+    os.environ.clear()
+    os.environ.update(environment)
+    os.environ["DATABASE_URL"] = url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
+    # Every replica's INFO lines (a listener starting, a housekeeping pass) would interleave
+    # with the progress output. The web server keeps the shipped level (bench.web).
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+    say(f"database {args.database}: migrating")
+    database.migrate()
+    return _run(args, started)
 
 
 def _available(names: list[str], skipped: list[dict[str, str]]) -> list[str]:

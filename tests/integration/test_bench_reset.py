@@ -35,3 +35,19 @@ def test_a_point_inherits_no_lock_and_no_queue():
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
+
+
+def test_a_second_run_on_the_same_database_refuses_to_start(db_url):
+    """Two runs on one database would truncate each other's tables mid-point."""
+    import psycopg
+
+    with (
+        database.exclusive(db_url),
+        pytest.raises(database.RunInProgress, match="another benchmark run"),
+        database.exclusive(db_url),
+    ):
+        pass
+    # Free again once the first run ended, and held against others while this one runs.
+    with database.exclusive(db_url), psycopg.connect(db_url, autocommit=True) as other:
+        held = other.execute("SELECT pg_try_advisory_lock(%s, %s)", database.RUN_LOCK).fetchone()
+        assert held == (False,)
