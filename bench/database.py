@@ -140,10 +140,8 @@ def create(url: str) -> bool:
         return True
 
 
-# A session advisory lock a run holds from start to end (a key of its own, two integers, unlike
-# the single-key lock of housekeeping and the advisory baseline's per wallet). A second run
-# against the same database would truncate the first one's tables under it, and the first one
-# would then report double spends and lost tokens that no selector made.
+# The session advisory lock a run holds throughout (a key of its own): a second run on the same
+# database would empty the first one's tables mid-point, making it report bogus double spends.
 RUN_LOCK = (0x73627275, 0)
 
 
@@ -157,8 +155,7 @@ def exclusive(url: str):
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", RUN_LOCK).fetchone()
-        if not (row and row[0]):
+        if not conn.execute("SELECT pg_try_advisory_lock(%s, %s)", RUN_LOCK).fetchone()[0]:
             raise RunInProgress(
                 f"another benchmark run is using {urlsplit(url).path.lstrip('/')}; "
                 "wait for it to end, or give this one another --database"
