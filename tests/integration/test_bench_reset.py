@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from bench import database
 from locks.models import TokenLock, Waiter
+from tests.factories import make_lock
 from tokens.models import Token
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -17,15 +21,10 @@ def test_a_point_inherits_no_lock_and_no_queue():
     try:
         token = Token.objects.order_by("id").first()
         assert token is not None
+        make_lock(token)
         Token.objects.filter(id=token.id).update(quantity=1)  # a change the reset must undo
-        Waiter.objects.create(wallet="w", currency="USD", expires_at=token.created_at)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, created_at,"
-                " expires_at, wallet, currency, quantity)"
-                " VALUES (%s, 'tx', 1, now(), now() + interval '1 minute', 'w', 'USD', 5)",
-                [token.id],
-            )
+        live = timezone.now() + timedelta(minutes=1)
+        Waiter.objects.create(wallet="w", currency="USD", expires_at=live)
 
         database.reset()
 
