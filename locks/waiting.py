@@ -22,6 +22,7 @@ case a change was announced to nobody (a lease that simply ran out, tokens issue
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 import os
@@ -72,6 +73,16 @@ class Joining:
     failed: BaseException | None = None
 
 
+def _own(failure: BaseException) -> BaseException:
+    """Copy a join's error for one request: one instance raised in many threads mixes tracebacks."""
+    try:
+        own = copy.copy(failure)
+    except Exception:  # an error that cannot be rebuilt from its arguments
+        return failure
+    own.__cause__ = failure  # where it was raised
+    return own
+
+
 @dataclass
 class Ticket:
     """One waiting request's place in its key's queue."""
@@ -113,9 +124,8 @@ class Queues:
             if self._thread is None or self._pid != os.getpid():
                 self._pid = os.getpid()
                 self._ready.clear()
-                self._thread = threading.Thread(
-                    target=self._run, name="sherdlock-waiting", daemon=True
-                )
+                self._thread = threading.Thread(target=self._run, name="sherdlock-waiting")
+                self._thread.daemon = True
                 self._thread.start()
         return self._ready.wait(timeout)
 
@@ -168,7 +178,7 @@ class Queues:
         else:
             batch.done.wait()
         if batch.failed is not None:
-            raise batch.failed
+            raise _own(batch.failed)
         ticket = Ticket(batch.ids[place], key)
         with self._lock:
             self._local[ticket.id] = ticket
@@ -209,9 +219,8 @@ class Queues:
         """Re-read every queue's head from the database; return whether this call read them.
 
         Nothing is read if this process read them less than ``fresh_for`` seconds ago (or is
-        reading them now): the waiters that look around once in a while share one look per
-        process, not one each. A local waiter the reading names head for the first time is woken.
-        """
+        reading them now): waiters share one look per process. A local waiter the reading names
+        head for the first time is woken."""
         with self._lock:
             now = clock()
             if self._refreshed is not None and now - self._refreshed < fresh_for:
@@ -229,8 +238,7 @@ class Queues:
     def leave(self, ticket: Ticket, served: bool = False) -> None:
         """Give up the place of ``ticket``, telling every process who heads the queue now.
 
-        A ``served`` ticket leaves silently: its request holds the funds, and whatever frees
-        them names the next head (see ``queries.LEAVE_SERVED``).
+        A ``served`` ticket leaves silently: whatever frees its funds names the next head.
         """
         with self._lock:
             self._local.pop(ticket.id, None)
@@ -241,12 +249,8 @@ class Queues:
     def stop(self, timeout: float = 5.0) -> None:
         """Stop listening and close the connection (within about ``POLL`` seconds)."""
         self._stop.set()
-        thread = self._thread
-        if (
-            thread is not None
-            and thread is not threading.current_thread()
-            and (self._pid == os.getpid())
-        ):
+        thread, mine = self._thread, self._pid == os.getpid()
+        if mine and thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
     # -- the listener -----------------------------------------------------------------
@@ -326,11 +330,8 @@ def wait_for(key: WalletKey, seconds: float, attempt, clock=time.monotonic):
 
     ``attempt`` raises ``sherdlock.FundsLocked`` while others hold the funds. A newcomer tries
     at once only if nobody waits for ``key`` yet; then only as the queue's head. Newcomers of
-    one process that arrive together make one try between them: while one tries, the others
-    wait for its outcome, and if it found the funds held they queue behind it without a try
-    of their own (a burst of waiting requests is not a burst of lock attempts bound to fail).
-    Return what the successful attempt returned; after ``seconds`` re-raise the last
-    FundsLocked.
+    one process that arrive together make one try between them (``Queues.first_try``). Return
+    what the successful attempt returned; after ``seconds`` re-raise the last FundsLocked.
     """
     from sherdlock import FundsLocked
 
@@ -363,8 +364,7 @@ def wait_for(key: WalletKey, seconds: float, attempt, clock=time.monotonic):
 def _queued(q: Queues, key: WalletKey, seconds: float, deadline: float, attempt, clock, first):
     """Wait in the queue of ``key`` and try as its head (``wait_for`` after its first look).
 
-    ``first``, the try this request made for the others of its process, is told once this
-    request has its place, so that they queue behind it.
+    ``first``, the try made for the others here, is told once this request has its place.
     """
     from sherdlock import FundsLocked
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 
 import pytest
 from django.db import connection
@@ -44,6 +45,11 @@ def _join(queues: waiting.Queues, got: dict, name: str, seconds: float, borrow: 
         got[name] = exc
     finally:
         connection.close()
+
+
+def _frames(error: BaseException) -> list[str]:
+    """Return the names of the functions ``error``'s traceback passes through."""
+    return [frame.name for frame in traceback.extract_tb(error.__traceback__)]
 
 
 def _open_batch(queues: waiting.Queues) -> int:
@@ -112,6 +118,13 @@ def test_a_join_statement_that_fails_fails_each_of_its_requests(monkeypatch):
     assert sent == [[11.0], [12.0, 13.0, 14.0]]
     assert isinstance(got["a"], waiting.Ticket)
     assert [str(got[name]) for name in "bcd"] == ["the database went away"] * 3
+    # b sent the statement and raised its error; c and d each raise a copy of their own (one
+    # instance raised in three threads would carry their frames mixed), caused by b's.
+    sender, copies = got["b"], [got["c"], got["d"]]
+    assert all(type(error) is RuntimeError and error.__cause__ is sender for error in copies)
+    assert len({id(error) for error in (sender, *copies)}) == 3
+    assert all("_send" not in _frames(error) for error in copies)
+    assert "_send" in _frames(sender)
     assert [i for i, _ in _live_waiters()] == [got["a"].id]
     assert queues._joining == {}  # the next request starts a statement of its own
     monkeypatch.undo()
