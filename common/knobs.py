@@ -59,6 +59,9 @@ class Knobs:
     backoff_attempts: int = 3
     backoff_min: float = 0.005
     backoff_max: float = 0.05
+    # Seconds a selection waits for held funds before it takes its wallet's turn, so that what
+    # comes free goes to it before newer selections (sherdlock.turns); 0 never takes one.
+    turn_after: float = 0.02
     # Lock lifetime (database clock), and how long after a selection its locks may be renewed.
     lease_seconds: float = 60.0
     max_lease_seconds: float = 600.0
@@ -108,6 +111,7 @@ class Knobs:
                 self.backoff_max >= self.backoff_min,
                 f"must be at least BACKOFF_MIN ({self.backoff_min})",
             ),
+            ("turn_after", self.turn_after >= 0, "must not be negative (0: never)"),
             ("lease_seconds", self.lease_seconds > 0, "must be positive"),
             (
                 "max_lease_seconds",

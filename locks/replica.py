@@ -40,6 +40,7 @@ def selector_config(options: Knobs | None = None, listening: bool = False) -> Se
         backoff=BackoffPolicy(
             attempts=o.backoff_attempts, min_delay=o.backoff_min, max_delay=o.backoff_max
         ),
+        turn_after=o.turn_after,
     )
 
 

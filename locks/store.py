@@ -9,10 +9,10 @@ from decimal import Decimal
 from typing import Any
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
 
 from clients import throttling
-from common import db
+from common import db, sessions
 from locks.sql import locking
 from sherdlock import (
     Candidate,
@@ -167,6 +167,38 @@ class PostgresTokenStore:
         unspent, locked = db.one(cursor)
         return Supply(unspent=int(unspent), locked_by_others=int(locked))
 
+    def take_turn(self, key: WalletKey, wait: float) -> bool:
+        """Take the key's turn on this thread's session (``locking.TURN``), waiting at most
+        ``wait`` seconds behind whoever holds it or asked before.
+
+        Behind a transaction-pooling proxy a session lock would stay with whichever server
+        session ran the statement, and inside a caller's transaction a timed-out wait would
+        abort it: no turn is taken there.
+        """
+        if sessions.transaction_pooled() or connections[self.using].in_atomic_block:
+            return False
+        return self._waited(locking.TAKE_TURN, key, wait)
+
+    def await_turn(self, key: WalletKey, wait: float) -> bool:
+        """Wait at most ``wait`` seconds for nobody to hold or ask for the key's turn."""
+        if connections[self.using].in_atomic_block:
+            return False
+        return self._waited(locking.AWAIT_TURN, key, wait)
+
+    def end_turn(self, key: WalletKey) -> None:
+        """Give back the key's turn this thread's session holds.
+
+        A session that cannot say so is closed rather than left to the pool holding the turn:
+        the turn ends with it.
+        """
+        try:
+            self._execute(locking.END_TURN, {"wallet": key.wallet, "currency": key.currency})
+        except Exception:
+            raw = connections[self.using].connection
+            if raw is not None:
+                raw.close()
+            raise
+
     # -- internals -----------------------------------------------------------------------
 
     def _lock(self, fetch: bool, claim: Claim, params: dict[str, Any]) -> tuple:
@@ -216,6 +248,21 @@ class PostgresTokenStore:
         if not admitted:
             raise throttling.RateLimited(throttling.refusal_wait(refusals or ()))
         return tuple(columns)
+
+    def _waited(self, statement: str, key: WalletKey, wait: float) -> bool:
+        """Run a statement that waits for an advisory lock; False if the wait timed out."""
+        params = {
+            "wallet": key.wallet,
+            "currency": key.currency,
+            "wait": f"{max(1, round(wait * 1000))}ms",
+        }
+        try:
+            self._execute(statement, params)
+        except OperationalError as exc:
+            if isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
+                return False
+            raise
+        return True
 
     def _durable(self) -> bool:
         # Inside a caller's transaction the statement's commit is the caller's: leave its

@@ -72,6 +72,11 @@ class SelectorConfig:
         Bounds memory on replicas serving many wallets.
     backoff: rounds after a FundsLocked round; what breaks the livelock of two replicas
         each holding part of what both need.
+    turn_after: seconds a selection waits for held funds before it queues for its key's turn
+        (sherdlock.turns): while it holds it, newcomers to the key wait, so what comes free
+        goes to the selections that waited. 0 never queues (and nobody waits).
+    turn_poll: seconds between the refetches of the turn's holder.
+    yield_limit: longest a selection waits at a time for a turn, its own or another's to end.
     """
 
     max_retries: int = 5
@@ -82,6 +87,9 @@ class SelectorConfig:
     cache_ttl: float = 1.0
     cache_max_wallets: int = 10_000
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
+    turn_after: float = 0.02
+    turn_poll: float = 0.001
+    yield_limit: float = 0.2
 
     def __post_init__(self) -> None:
         if type(self.max_retries) is not int or self.max_retries < 0:
@@ -102,6 +110,10 @@ class SelectorConfig:
             raise ValueError(
                 f"cache_max_wallets must be a positive int, got {self.cache_max_wallets!r}"
             )
+        for name in ("turn_after", "turn_poll", "yield_limit"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be finite non-negative seconds, got {value!r}")
         if not isinstance(self.backoff, BackoffPolicy):
             raise ValueError(f"backoff must be a BackoffPolicy, got {self.backoff!r}")
 

@@ -79,6 +79,25 @@ class TokenStore(Protocol):
         """Return unspent totals of `key` and the part held by live locks of other spenders."""
         ...
 
+    def take_turn(self, key: WalletKey, wait: float) -> bool:
+        """Take the turn of `key` for the calling selection; return whether it was taken.
+
+        Wait at most `wait` seconds behind the selection that holds it and those that asked
+        before (sherdlock.turns). A store may decline every turn: its newcomers never wait.
+        """
+        ...
+
+    def await_turn(self, key: WalletKey, wait: float) -> bool:
+        """Wait at most `wait` seconds until nobody holds or waits for the turn of `key`.
+
+        Return whether that came to pass within `wait`.
+        """
+        ...
+
+    def end_turn(self, key: WalletKey) -> None:
+        """Give back the turn of `key` that the calling selection took."""
+        ...
+
 
 @runtime_checkable
 class Clock(Protocol):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from .errors import ClaimRefused
 from .interfaces import Clock
 from .strategies import ORDER_RANDOM, arrange, prefix
+from .turns import Turns
 from .types import Candidate, Claim, FetchResult, LockOutcome, Supply, WalletKey
 
 
@@ -71,6 +72,7 @@ class InMemoryStore:
         self.calls: Counter[str] = Counter()
         # Selections recorded for recording claims, by (namespace, tx id).
         self.records: dict[tuple[str, str], dict[str, object]] = {}
+        self.turns = Turns(self._mutex, self.calls)  # each key's turn (sherdlock.turns)
 
     # -- test helpers -------------------------------------------------------------
 
@@ -301,6 +303,18 @@ class InMemoryStore:
             return Supply(unspent=unspent, locked_by_others=locked)
 
     # -- internals ------------------------------------------------------------------
+
+    def take_turn(self, key: WalletKey, wait: float) -> bool:
+        """Take the turn of `key` for the calling thread's selection, in the order asked."""
+        return self.turns.take(key, wait)
+
+    def await_turn(self, key: WalletKey, wait: float) -> bool:
+        """Wait up to `wait` for nobody to hold or ask for the turn of `key`."""
+        return self.turns.wait(key, wait)
+
+    def end_turn(self, key: WalletKey) -> None:
+        """Give back the calling thread's turn of `key`."""
+        self.turns.end(key)
 
     def _free(self, key: WalletKey, now: float) -> list[int]:
         """Return the ids of the unspent, not live-locked tokens of `key`, sorted."""

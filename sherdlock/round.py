@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .errors import InvalidRequest
+from .errors import ClaimRefused, InvalidRequest
 from .strategies import DEFAULT, DESCENDING, Strategy
+from .turns import Turn
 from .types import MAX_QUANTITY, Candidate, Claim, SelectionStats, WalletKey
+
+if TYPE_CHECKING:
+    from .cache import TokenCache
+    from .interfaces import TokenStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -29,6 +38,8 @@ class Round:
     namespace: str = ""
     record: object | None = None
     strategy: Strategy = DEFAULT
+    # The selection's wait for funds and its key's turn (sherdlock.turns), kept across rounds.
+    turn: Turn = field(default_factory=lambda: Turn(0.0))
 
     def claim(self, contested: bool = False, largest_first: bool = False) -> Claim:
         """Describe this round to the store (``contested``: see Claim).
@@ -70,7 +81,39 @@ class Round:
             recording=self.recording,
             namespace=self.namespace,
             strategy=strategy if strategy is not None else self.strategy,
+            turn=self.turn,
         )
+
+    def abort(self, exc: BaseException, store: TokenStore, cache: TokenCache) -> None:
+        """Release the locks of this aborted round, keeping `exc` as the error to report."""
+        known = list(self.ids)
+        if isinstance(exc, ClaimRefused):
+            if exc.locked_nothing:
+                self.pending = []  # the refusing call took nothing
+            if self.fence is None:
+                self.fence = exc.fence
+        if self.pending is None:
+            ids: list[int] | None = None  # a fetch failed mid-way: release the whole fence
+        else:
+            ids = sorted(set(known).union(self.pending))
+        try:
+            if self.fence is not None and (ids is None or ids):
+                store.unlock(self.tx_id, self.fence, ids, self.key.wallet)
+        except Exception as unlock_exc:
+            # The original failure is what the caller must see; the locks expire with
+            # their lease.
+            exc.add_note(
+                f"releasing locks of {self.tx_id!r} fence {self.fence} failed: {unlock_exc!r}"
+            )
+            log.warning(
+                "could not release locks of %r fence %s; they expire with their lease",
+                self.tx_id,
+                self.fence,
+                exc_info=unlock_exc,
+            )
+        finally:
+            # Only ids we recorded were held by us; others may be held by another selection.
+            cache.unhold(known)
 
     def give_back(self) -> list[int]:
         """Forget every token this round locked (the caller unlocks them); return their ids."""

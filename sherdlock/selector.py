@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import logging
 import random
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
-from . import choosing
+from . import choosing, turns
 from .cache import TokenCache
 from .config import SelectorConfig
-from .errors import ClaimRefused, FundsLocked, InsufficientFunds, InvalidRequest, NoExactMatch
+from .errors import FundsLocked, InsufficientFunds, InvalidRequest, NoExactMatch
 from .interfaces import Clock, Sleeper, TokenStore
 from .round import Round, validate
 from .strategies import DEFAULT, ORDER_RANDOM, Strategy, arrange
 from .types import Candidate, Selection, SelectionStats, Supply, WalletKey
-
-log = logging.getLogger(__name__)
 
 
 class Selector:
@@ -101,6 +98,9 @@ class Selector:
         key = validate(tx_id, wallet, currency, quantity, fence)
         stats = SelectionStats()
         first = Round(tx_id, key, quantity, fence, stats, recording=record, namespace=namespace)
+        first.turn = turns.Turn(self._clock())
+        if patient and self._cache.contested(key):
+            turns.enter(self._store, first, self._config)
         first.strategy = strategy if strategy is not None else DEFAULT
         try:
             return self._rounds(first, patient)
@@ -113,24 +113,29 @@ class Selector:
         """Run a selection's first round, then backoff rounds while it loses to contention."""
         stats, backoff = rnd.stats, self._config.backoff
         rounds = backoff.attempts + 1 if patient else 1
-        for attempt in range(rounds):
-            if attempt:
-                # Both sides of a livelock have released everything; sleeping for different
-                # random times lets the first to wake take all it needs.
-                delay = backoff.delay(self._rng)
-                stats.backoff_seconds += delay
-                self._sleep(delay)
-                # Cached candidates are the ones just fought over; start from the store.
-                self._cache.invalidate(rnd.key)
-                self._cache_for(rnd.strategy.order).invalidate(rnd.key)
-                rnd = rnd.fresh()  # later rounds keep the fence the first one drew
-            stats.rounds += 1
-            try:
-                return self._run_round(rnd, patient)
-            except FundsLocked:
-                if attempt == rounds - 1:
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        try:
+            for attempt in range(rounds):
+                if attempt:
+                    # Both sides of a livelock have released everything; sleeping for
+                    # different random times lets the first to wake take all it needs.
+                    # A selection holding its key's turn keeps it, and polls at its pace.
+                    held = rnd.turn.held
+                    delay = self._config.turn_poll if held else backoff.delay(self._rng)
+                    stats.backoff_seconds += delay
+                    self._sleep(delay)
+                    # Cached candidates are the ones just fought over; start from the store.
+                    self._cache.invalidate(rnd.key)
+                    self._cache_for(rnd.strategy.order).invalidate(rnd.key)
+                    rnd = rnd.fresh()  # later rounds keep the fence the first one drew
+                stats.rounds += 1
+                try:
+                    return self._run_round(rnd, patient)
+                except FundsLocked:
+                    if attempt == rounds - 1:
+                        raise
+            raise AssertionError("unreachable")  # pragma: no cover
+        finally:
+            turns.give_back(self._store, rnd)
 
     def release(
         self,
@@ -196,7 +201,7 @@ class Selector:
             self._gather(rnd, patient)
         except BaseException as exc:
             # BaseException too: an interrupt must not leave locks until their lease ends.
-            self._abort(rnd, exc)
+            rnd.abort(exc, self._store, self._cache)
             raise
         assert rnd.fence is not None
         now = self._clock()
@@ -227,7 +232,7 @@ class Selector:
         # free now; only a shortfall tells that others hold what is needed.
         allowed_stalls = config.max_retries
         fetches = total_before_fetch = 0
-        stalled = 0  # consecutive refetches with nothing locked since the previous fetch
+        stalled = 0.0  # refetches with nothing locked since the previous fetch (turns: weighed)
         shortfall: Supply | None = None  # as of the latest fetch
         # Once a random batch comes back short (FetchResult.short_batch) the round fetches the
         # wallet's largest free tokens; its cache holds no better ones.
@@ -249,13 +254,15 @@ class Selector:
 
             # A short batch's refetch follows at once: that fetch found no contention.
             if fetches and not just_switched:
-                stalled = stalled + 1 if rnd.total == total_before_fetch else 0
+                progress = rnd.total != total_before_fetch
+                stalled = 0 if progress else stalled + rnd.turn.stall(config)
                 if stalled > allowed_stalls:
                     if shortfall is None:
                         shortfall = store.supply(rnd.key, rnd.tx_id)
                     self._raise_short(rnd, shortfall)
                 if stalled and patient:
-                    self._sleep(self._rng.uniform(*config.refetch_delay))
+                    now = self._clock()
+                    self._sleep(turns.wait_for_funds(store, rnd, config, now, self._rng))
             total_before_fetch = rnd.total
             rnd.pending = None
             # Replicas that fall back to a wallet's largest tokens go for the same few, so that
@@ -353,6 +360,8 @@ class Selector:
             # Hold at once so concurrent selections of this replica skip these tokens.
             until = self._clock() + self._config.cache_ttl
             self._cache.hold(new, until, owner=(rnd.tx_id, rnd.fence))
+            # Its turn got it something: the next in line need not wait for the rest.
+            turns.give_back(self._store, rnd)
         return hits
 
     def _raise_short(self, rnd: Round, supply: Supply) -> None:
@@ -366,34 +375,3 @@ class Selector:
             retry_after=self._config.retry_after,
             stats=rnd.stats,
         )
-
-    def _abort(self, rnd: Round, exc: BaseException) -> None:
-        """Release the locks of an aborted round, keeping `exc` as the error to report."""
-        known = list(rnd.ids)
-        if isinstance(exc, ClaimRefused):
-            if exc.locked_nothing:
-                rnd.pending = []  # the refusing call took nothing
-            if rnd.fence is None:
-                rnd.fence = exc.fence
-        if rnd.pending is None:
-            ids: list[int] | None = None  # a fetch failed mid-way: release the whole fence
-        else:
-            ids = sorted(set(known).union(rnd.pending))
-        try:
-            if rnd.fence is not None and (ids is None or ids):
-                self._store.unlock(rnd.tx_id, rnd.fence, ids, rnd.key.wallet)
-        except Exception as unlock_exc:
-            # The original failure is what the caller must see; the locks expire with
-            # their lease.
-            exc.add_note(
-                f"releasing locks of {rnd.tx_id!r} fence {rnd.fence} failed: {unlock_exc!r}"
-            )
-            log.warning(
-                "could not release locks of %r fence %s; they expire with their lease",
-                rnd.tx_id,
-                rnd.fence,
-                exc_info=unlock_exc,
-            )
-        finally:
-            # Only ids we recorded were held by us; others may be held by another selection.
-            self._cache.unhold(known)

@@ -141,6 +141,8 @@ class SelectionStats:
     # Selection rounds run, including the first; more than one means backoff happened.
     rounds: int = 0
     backoff_seconds: float = 0.0
+    # Turns of its key this selection took (sherdlock.turns).
+    turns: int = 0
 
 
 @dataclass(frozen=True, slots=True)

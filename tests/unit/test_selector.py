@@ -108,7 +108,8 @@ def test_funds_locked_when_other_replica_never_releases(store, clock, sleeper, k
     held = holder.select("tx-a", key.wallet, key.currency, 3)
     assert len(held.tokens) == 1
     sleeper.calls.clear()
-    config = dict(max_retries=3, backoff=backoff, refetch_delay=(0.001, 0.002))
+    # Without turns (sherdlock.turns, tests/unit/test_turns.py): the rounds and their sleeps.
+    config = dict(max_retries=3, backoff=backoff, refetch_delay=(0.001, 0.002), turn_after=0)
     selector = make_selector(store, clock, sleeper, seed=2, **config)
 
     with pytest.raises(FundsLocked) as caught:

@@ -1,0 +1,118 @@
+"""A key's turn on PostgreSQL (sherdlock.turns, locks.sql.locking.TAKE_TURN): sessions, order."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection, transaction
+
+from locks.store import PostgresTokenStore
+from sherdlock import WalletKey
+from tests.helpers.turns import Worker, assert_turns_go_in_the_order_asked
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+KEY = WalletKey("alice", "USD")
+
+
+@pytest.fixture
+def store() -> PostgresTokenStore:
+    return PostgresTokenStore(lease=30)
+
+
+def _in_session(work, *args) -> Worker:
+    """Run ``work`` in a thread of its own, hence on a database session of its own."""
+    return Worker(work, *args, after=lambda: connection.close())  # its own, at the end
+
+
+def _hold(store: PostgresTokenStore, key: WalletKey, taken: threading.Event, done: threading.Event):
+    def work() -> None:
+        assert store.take_turn(key, 1.0)
+        taken.set()
+        assert done.wait(10)
+        store.end_turn(key)
+
+    thread = _in_session(work)
+    assert taken.wait(5)
+    return thread
+
+
+def test_a_held_turn_is_refused_to_others_and_awaited_until_it_ends(store):
+    taken, done = threading.Event(), threading.Event()
+    holder = _hold(store, KEY, taken, done)
+
+    assert not store.take_turn(KEY, 0.05)  # waited out its lock_timeout
+    assert not store.await_turn(KEY, 0.05)
+    assert store.await_turn(WalletKey("alice", "EUR"), 0.05)  # another key is not held
+    # A timed-out wait leaves the session usable, with no lock_timeout of its own after.
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW lock_timeout")
+        assert cursor.fetchone()[0] == "0"
+
+    ended: dict[str, bool] = {}
+    waiter = _in_session(lambda: ended.setdefault("ended", store.await_turn(KEY, 10.0)))
+    waiter.join(0.2)
+    assert waiter.is_alive()  # waits for the holder
+    done.set()
+    for thread in (holder, waiter):
+        thread.join(10)
+    assert ended == {"ended": True}
+    assert store.take_turn(KEY, 0.05)
+    store.end_turn(KEY)
+
+
+def test_turns_are_taken_in_the_order_asked(store):
+    assert_turns_go_in_the_order_asked(store, KEY, _in_session, _until_waiting)
+
+
+def _until_waiting(count: int) -> None:
+    """Wait until ``count`` sessions wait for an advisory lock."""
+    deadline = time.monotonic() + 10
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            )
+            if cursor.fetchone()[0] >= count:
+                return
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_turn_ends_with_its_session(store):
+    def take_and_vanish() -> None:
+        assert store.take_turn(KEY, 1.0)  # never given back: the session ends, as when
+        connection.connection.close()  # its process dies (not back to the pool)
+
+    _in_session(take_and_vanish).join(10)
+
+    assert store.await_turn(KEY, 5.0)
+
+
+def test_no_turn_is_taken_or_awaited_inside_a_transaction(store):
+    taken, done = threading.Event(), threading.Event()
+    holder = _hold(store, KEY, taken, done)
+    try:
+        with transaction.atomic():
+            # A timed-out wait would abort the caller's transaction: neither waits.
+            assert not store.take_turn(KEY, 0.05)
+            assert not store.await_turn(KEY, 0.05)
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+    finally:
+        done.set()
+        holder.join(10)
+
+
+def test_a_session_that_cannot_give_its_turn_back_ends_it(store, monkeypatch):
+    def take_and_fail() -> None:
+        assert store.take_turn(KEY, 1.0)
+        monkeypatch.setattr("locks.sql.locking.END_TURN", "SELECT 1 / 0")
+        with pytest.raises(Exception, match="division by zero"):
+            store.end_turn(KEY)
+
+    _in_session(take_and_fail).join(10)
+
+    assert store.await_turn(KEY, 5.0)  # not left in the pool holding it
