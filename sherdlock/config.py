@@ -7,11 +7,16 @@ import random
 from dataclasses import dataclass, field
 
 
+def _check_seconds(name: str, value: float) -> None:
+    """Reject seconds that are negative or not finite."""
+    if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be finite non-negative seconds, got {value!r}")
+
+
 def _check_delay_range(name: str, low: float, high: float) -> None:
     """Reject a delay range that is negative, not finite or upside down."""
     for value in (low, high):
-        if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-            raise ValueError(f"{name} must be finite non-negative seconds, got {value!r}")
+        _check_seconds(name, value)
     if low > high:
         raise ValueError(f"{name}: minimum {low} exceeds maximum {high}")
 
@@ -111,9 +116,7 @@ class SelectorConfig:
                 f"cache_max_wallets must be a positive int, got {self.cache_max_wallets!r}"
             )
         for name in ("turn_after", "turn_poll", "yield_limit"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be finite non-negative seconds, got {value!r}")
+            _check_seconds(name, getattr(self, name))
         if not isinstance(self.backoff, BackoffPolicy):
             raise ValueError(f"backoff must be a BackoffPolicy, got {self.backoff!r}")
 

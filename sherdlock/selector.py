@@ -99,7 +99,7 @@ class Selector:
         stats = SelectionStats()
         first = Round(tx_id, key, quantity, fence, stats, recording=record, namespace=namespace)
         first.turn = turns.Turn(self._clock())
-        if patient and self._cache.contested(key):
+        if patient and self._config.turn_after and self._cache.contested(key):
             turns.enter(self._store, first, self._config)
         first.strategy = strategy if strategy is not None else DEFAULT
         try:

@@ -55,8 +55,7 @@ class Turn:
 
 def enter(store: TokenStore, rnd: Round, config: SelectorConfig) -> None:
     """Let a newcomer to a contested key wait for another selection's turn of it to end."""
-    if config.turn_after:
-        store.await_turn(rnd.key, config.yield_limit)
+    store.await_turn(rnd.key, config.yield_limit)
 
 
 def wait_for_funds(
