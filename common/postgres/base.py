@@ -40,3 +40,10 @@ class DatabaseWrapper(base.DatabaseWrapper):
             raw.close()  # a closed connection given back is dropped and replaced
             pool.putconn(raw)
         return pool.getconn()
+
+    def _set_autocommit(self, autocommit: bool) -> None:
+        # Django sets autocommit on every connection it is lent, and psycopg takes the
+        # connection's lock and runs its state machine to set it, even to what it already is.
+        # A pooled connection comes back in autocommit (Django's pool opens them so).
+        if self.connection.autocommit != autocommit:
+            super()._set_autocommit(autocommit)  # type: ignore[misc]  # not in django-stubs

@@ -36,3 +36,15 @@ def test_a_connection_the_server_ended_is_not_lent(db_url):
     # Without the check the pool would lend a dead connection and this would fail.
     assert backend_pid() != first
     db.release()
+
+
+def test_autocommit_is_set_only_when_it_changes():
+    # Django sets autocommit on every connection it is lent; psycopg locks the connection to
+    # set it even to what it already is. Turning it off and on still reaches the connection.
+    connection.ensure_connection()
+    raw = connection.connection
+    assert raw.autocommit
+    connection.set_autocommit(False)
+    assert not raw.autocommit
+    connection.set_autocommit(True)
+    assert raw.autocommit
