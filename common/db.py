@@ -28,10 +28,15 @@ from psycopg.types.numeric import Int8Dumper
 
 from common.knobs import knobs
 
-_cursors: weakref.WeakKeyDictionary[psycopg.Connection, psycopg.RawCursor] = (
+# A cursor per statement on each server connection: psycopg keeps a cursor's adaptation state
+# (the dumpers its parameters chose, the loaders of its result's columns) from one execute to
+# the next only while the cursor runs the same query, so one cursor alternating between the
+# select, the spend and the release rebuilt it at every call.
+_cursors: weakref.WeakKeyDictionary[psycopg.Connection, dict[str, psycopg.RawCursor]] = (
     weakref.WeakKeyDictionary()
 )
 _lock = threading.Lock()
+MAX_CURSORS = 64  # per connection
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
 
 
@@ -56,8 +61,10 @@ def prepare_threshold() -> int | None:
     return knobs().prepare_threshold
 
 
-def cursor(using: str = DEFAULT_DB_ALIAS, threshold: int | None = -1) -> psycopg.RawCursor:
-    """Return the statement cursor of this thread's connection to ``using``.
+def cursor(
+    statement: str, using: str = DEFAULT_DB_ALIAS, threshold: int | None = -1
+) -> psycopg.RawCursor:
+    """Return the cursor of ``statement`` (native) on this thread's connection to ``using``.
 
     Django's health check (``CONN_HEALTH_CHECKS``) costs a ``SELECT 1`` round trip at the first
     query of every request: a fifth of a web worker's busy time on the selection path. Here it
@@ -79,7 +86,8 @@ def cursor(using: str = DEFAULT_DB_ALIAS, threshold: int | None = -1) -> psycopg
         connection.health_check_done = True  # type: ignore[attr-defined]
     connection.ensure_connection()
     raw = connection.connection
-    found = _cursors.get(raw)
+    of_connection = _cursors.get(raw)
+    found = None if of_connection is None else of_connection.get(statement)
     if found is None or found.closed:
         raw.prepare_threshold = prepare_threshold() if threshold == -1 else threshold
         found = psycopg.RawCursor(raw)
@@ -95,7 +103,10 @@ def cursor(using: str = DEFAULT_DB_ALIAS, threshold: int | None = -1) -> psycopg
         # to five times faster than the standard library.
         set_json_loads(orjson.loads, found)
         with _lock:
-            _cursors[raw] = found
+            kept = _cursors.setdefault(raw, {})
+            while len(kept) >= MAX_CURSORS:  # the statements are a fixed set: a backstop
+                kept.pop(next(iter(kept))).close()
+            kept[statement] = found
     return found
 
 
@@ -131,8 +142,8 @@ def execute(
 ) -> psycopg.RawCursor:
     """Execute ``statement`` with its named ``params``; return the cursor holding its result."""
     connection = connections[using]
-    raw_cursor = cursor(using, threshold)
     text, names = native(statement)
+    raw_cursor = cursor(text, using, threshold)
     # Django wraps the driver's own cursor here; django-stubs types the argument as a wrapper.
     wrapper = (
         connection.make_debug_cursor(raw_cursor)  # type: ignore[arg-type]

@@ -33,3 +33,28 @@ def test_times_keep_their_instant_whatever_the_sessions_time_zone():
     at = read_back("Asia/Kolkata")
     assert at == INSTANT
     assert at.astimezone(UTC).isoformat() == "2026-01-01T10:00:00.123456+00:00"
+
+
+ONE = "SELECT %(n)s::bigint[] AS ids"
+OTHER = "SELECT %(n)s::bigint + 1 AS next"
+
+
+def test_each_statement_keeps_a_cursor_of_its_own():
+    # psycopg keeps a cursor's adaptation state between executes only while it runs the same
+    # query, so statements that alternate on one connection each get a cursor of their own.
+    first = db.execute(ONE, {"n": [1, 2]})
+    other = db.execute(OTHER, {"n": 1})
+    again = db.execute(ONE, {"n": [3]})
+    assert again is first
+    assert other is not first
+    assert db.one(again) == ([3],)
+    assert db.one(other) == (2,)  # the other cursor's result is still there to read
+
+
+def test_a_connection_keeps_a_bounded_number_of_statement_cursors(monkeypatch):
+    monkeypatch.setattr(db, "MAX_CURSORS", 2)
+    oldest = db.execute("SELECT 1 AS a", {})
+    db.execute("SELECT 2 AS b", {})
+    db.execute("SELECT 3 AS c", {})  # a third statement pushes out the oldest's cursor
+    assert oldest.closed
+    assert db.one(db.execute("SELECT 1 AS a", {})) == (1,)
