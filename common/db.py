@@ -1,13 +1,14 @@
 """Run the application's own statements on Django's connections, prepared and typed.
 
 Django's cursors bind parameters on the client, so PostgreSQL plans every query afresh; for the
-hot statements planning costs more than running them. These run through a cursor that sends
-parameters separately (one per server connection, reused), which psycopg prepares on the server
-once a statement has run ``prepare_threshold`` times on that connection. Statements are written
-with named parameters (``%(name)s``) and turned into PostgreSQL's own ``$1 .. $n`` once, so
-nothing parses a statement's text on the way out. They still go through Django's cursor
-wrapper, so Django logs them (``CaptureQueriesContext``, DEBUG) and turns driver errors into
-``django.db`` errors, marking the connection for its health check.
+hot statements planning costs more than running them. These run through cursors that send
+parameters separately (one per statement on each server connection, reused), which psycopg
+prepares on the server once a statement has run ``prepare_threshold`` times on that
+connection. Statements are written with named parameters (``%(name)s``) and turned into
+PostgreSQL's own ``$1 .. $n`` once, so nothing parses a statement's text on the way out. They
+still go through Django's cursor wrapper, so Django logs them (``CaptureQueriesContext``,
+DEBUG) and turns driver errors into ``django.db`` errors, marking the connection for its health
+check.
 """
 
 from __future__ import annotations
