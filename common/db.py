@@ -17,7 +17,6 @@ import functools
 import re
 import select
 import threading
-import weakref
 from typing import Any
 
 import orjson
@@ -32,10 +31,9 @@ from common.knobs import knobs
 # A cursor per statement on each server connection: psycopg keeps a cursor's adaptation state
 # (the dumpers its parameters chose, the loaders of its result's columns) from one execute to
 # the next only while the cursor runs the same query, so one cursor alternating between the
-# select, the spend and the release rebuilt it at every call.
-_cursors: weakref.WeakKeyDictionary[psycopg.Connection, dict[str, psycopg.RawCursor]] = (
-    weakref.WeakKeyDictionary()
-)
+# select, the spend and the release rebuilt it at every call. A cursor holds its connection, so
+# a closed connection's cursors are dropped here (``_keep``), not by the garbage collector.
+_cursors: dict[psycopg.Connection, dict[str, psycopg.RawCursor]] = {}
 _lock = threading.Lock()
 MAX_CURSORS = 64  # per connection
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
@@ -103,12 +101,24 @@ def cursor(
         # (integers of at most 64 bits, which orjson reads exactly): orjson reads them four
         # to five times faster than the standard library.
         set_json_loads(orjson.loads, found)
-        with _lock:
-            kept = _cursors.setdefault(raw, {})
-            while len(kept) >= MAX_CURSORS:  # the statements are a fixed set: a backstop
-                kept.pop(next(iter(kept))).close()
-            kept[statement] = found
+        _keep(raw, statement, found)
     return found
+
+
+def _keep(raw: psycopg.Connection, statement: str, found: psycopg.RawCursor) -> None:
+    """Keep ``found`` as the cursor of ``statement`` on ``raw``; forget closed connections'.
+
+    Runs at a statement's first call on a connection only, so the sweep is rare: the pool
+    replaces its connections now and then (psycopg_pool's ``max_lifetime``), and Django closes
+    a thread's own after ``CONN_MAX_AGE``.
+    """
+    with _lock:
+        for gone in [conn for conn in _cursors if conn.closed]:
+            del _cursors[gone]
+        kept = _cursors.setdefault(raw, {})
+        while len(kept) >= MAX_CURSORS:  # the statements are a fixed set: a backstop
+            kept.pop(next(iter(kept))).close()
+        kept[statement] = found
 
 
 def release(using: str = DEFAULT_DB_ALIAS) -> bool:

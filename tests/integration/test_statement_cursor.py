@@ -1,10 +1,11 @@
-"""The statement cursor (``common.db``): what it reads back from PostgreSQL."""
+"""The statement cursors (``common.db``): what they read back from PostgreSQL, which are kept."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
 import pytest
+from django.db import connection
 
 from common import db
 
@@ -58,3 +59,15 @@ def test_a_connection_keeps_a_bounded_number_of_statement_cursors(monkeypatch):
     db.execute("SELECT 3 AS c", {})  # a third statement pushes out the oldest's cursor
     assert oldest.closed
     assert db.one(db.execute("SELECT 1 AS a", {})) == (1,)
+
+
+def test_a_closed_connections_cursors_are_let_go():
+    # A cursor holds its connection: kept forever, every connection the pool ever replaced
+    # would stay in memory with its cursors and their last results.
+    first = db.execute(ONE, {"n": [1]})
+    old = first.connection
+    old.close()  # as the pool does to a connection past its lifetime
+    connection.close()  # Django's side lets go of it; the next statement gets another
+    # A statement's first call on a connection keeps its cursor, and sweeps the closed ones.
+    assert db.one(db.execute("SELECT %(n)s::bigint + 2 AS swept", {"n": 1})) == (3,)
+    assert old not in db._cursors
