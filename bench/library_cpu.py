@@ -21,11 +21,10 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-import time
 
 from bench import database
+from bench.cycles import measure
 
-WARM_UP = 200
 WORKLOADS = ("hot-wallet", "spread", "hot-tokens")
 
 
@@ -65,24 +64,7 @@ def run(workload_name: str, cycles: int, profile: bool, top: int) -> tuple[float
         else:
             replica.release(picked)
 
-    for number in range(-WARM_UP, 0):
-        cycle(number)
-    profiler = None
-    if profile:
-        import cProfile
-
-        profiler = cProfile.Profile(time.process_time)
-        profiler.enable()
-    cpu, wall = time.process_time(), time.perf_counter()
-    for number in range(cycles):
-        cycle(number)
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    if profiler is not None:
-        import pstats
-
-        profiler.disable()
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(top)
-    return 1000 * cpu / cycles, 1000 * wall / cycles
+    return measure(cycle, cycles, profile, top)
 
 
 def main(argv: list[str] | None = None) -> int:

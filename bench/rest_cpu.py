@@ -20,11 +20,9 @@ import io
 import json
 import random
 import sys
-import time
 
 from bench import database
-
-WARM_UP = 200
+from bench.cycles import measure
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -103,24 +101,7 @@ def run(cycles: int, profile: bool, top: int) -> tuple[float, float]:
         if status != 200:
             raise RuntimeError(f"spend or release answered {status}: {body}")
 
-    for number in range(-WARM_UP, 0):
-        cycle(number)
-    profiler = None
-    if profile:
-        import cProfile
-
-        profiler = cProfile.Profile(time.process_time)
-        profiler.enable()
-    cpu, wall = time.process_time(), time.perf_counter()
-    for number in range(cycles):
-        cycle(number)
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    if profiler is not None:
-        import pstats
-
-        profiler.disable()
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(top)
-    return 1000 * cpu / cycles, 1000 * wall / cycles
+    return measure(cycle, cycles, profile, top)
 
 
 def main(argv: list[str] | None = None) -> int:
