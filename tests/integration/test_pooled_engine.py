@@ -38,13 +38,21 @@ def test_a_connection_the_server_ended_is_not_lent(db_url):
     db.release()
 
 
-def test_autocommit_is_set_only_when_it_changes():
+def test_autocommit_is_set_only_when_it_changes(monkeypatch):
     # Django sets autocommit on every connection it is lent; psycopg locks the connection to
-    # set it even to what it already is. Turning it off and on still reaches the connection.
+    # set it even to what it already is. Only a change reaches the connection.
     connection.ensure_connection()
     raw = connection.connection
+    sets = []
+    real = type(raw).set_autocommit
+    monkeypatch.setattr(
+        type(raw), "set_autocommit", lambda conn, value: (sets.append(value), real(conn, value))
+    )
     assert raw.autocommit
+    connection.set_autocommit(True)  # what every borrow does
+    assert sets == []
     connection.set_autocommit(False)
     assert not raw.autocommit
     connection.set_autocommit(True)
     assert raw.autocommit
+    assert sets == [False, True]
