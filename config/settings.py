@@ -94,8 +94,9 @@ def _postgres(name: str, url: str) -> DatabaseEntry:
     return dict(config)
 
 
-# Django's PostgreSQL backend, lending pooled connections checked without a round trip.
-POOLED_ENGINE = "common.postgres"
+# Django's PostgreSQL backend: the application's prepared statements planned generically,
+# pooled connections lent without a check query.
+ENGINE = "common.postgres"
 
 
 def database_settings(
@@ -104,7 +105,7 @@ def database_settings(
     """Return the default database entry; only PostgreSQL is supported."""
     # Connections outlive requests: opening one costs more than most requests, and the hot
     # statements are prepared per connection. A broken one is noticed by the health check.
-    persistent: DatabaseEntry = {"CONN_MAX_AGE": 300, "CONN_HEALTH_CHECKS": True}
+    persistent: DatabaseEntry = {"ENGINE": ENGINE, "CONN_MAX_AGE": 300, "CONN_HEALTH_CHECKS": True}
     if pool_size is not None:
         # A pool per process, shared by its threads: a request holds a connection from its
         # first query to its end, and a request waiting for held funds gives it back while it
@@ -114,7 +115,7 @@ def database_settings(
         # connection as the pool lends it, without a query (common.postgres), so one the server
         # dropped is replaced; Django's own check would cost a round trip per request.
         persistent = {
-            "ENGINE": POOLED_ENGINE,
+            "ENGINE": ENGINE,
             "CONN_MAX_AGE": 0,
             "CONN_HEALTH_CHECKS": False,
             "OPTIONS": {"pool": {"min_size": 1, "max_size": pool_size, "timeout": 30.0}},

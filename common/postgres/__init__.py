@@ -1,5 +1,5 @@
-"""PostgreSQL through Django's psycopg backend, lending pooled connections without a round trip.
+"""PostgreSQL through Django's psycopg backend: the application's prepared statements planned
+generically, pooled connections lent without a round trip.
 
-``ENGINE: "common.postgres"`` (set by ``config.settings`` when ``DATABASE_POOL_SIZE`` gives
-each process a pool): see ``common.postgres.base``.
+``ENGINE: "common.postgres"`` (set by ``config.settings``): see ``common.postgres.base``.
 """

@@ -1,4 +1,13 @@
-"""Django's PostgreSQL backend, with a pool that checks what it lends at no cost.
+"""Django's PostgreSQL backend: generic plans for what it prepares; a pool lending at no cost.
+
+Each new server session is told to plan prepared statements generically at once
+(``plan_cache_mode = force_generic_plan``), where the application prepares its statements
+(``common.db``, ``SHERDLOCK_PREPARE_THRESHOLD``). PostgreSQL would otherwise plan each of them
+afresh at its first five runs on a session and again after any change to a table it reads
+(a TRUNCATE; an ANALYZE, which autovacuum runs on the lock table every few hundred changes)
+before settling on the generic plan most of them end up running anyway, and a few it keeps
+planning at every call. Django's own statements are never prepared: this changes nothing for
+them, nor for the functions that set their own mode (``locks_take_tokens``).
 
 Django's pool (``OPTIONS["pool"]``) checks each connection it lends with psycopg_pool's
 ``check_connection``, an empty query: a round trip before the first statement of every request,
@@ -17,7 +26,10 @@ from typing import Any
 
 from django.db.backends.postgresql import base
 
-from common.db import spoken_to
+from common.db import prepare_threshold, spoken_to
+
+# What a new server session is told when the application prepares statements on it.
+GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
 
 # Connections a borrow may find dead in a row before it gives up checking and takes the next
 # one as it is (its first statement then fails, and that request answers 503).
@@ -25,7 +37,20 @@ MAX_DEAD = 16
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
-    """Django's PostgreSQL wrapper; a pooled connection is checked without a query."""
+    """Django's PostgreSQL wrapper: prepared statements planned generically; a pooled
+    connection checked without a query."""
+
+    def _configure_connection(self, connection: Any) -> bool:
+        # Called once per server session: by the pool as it opens a connection (in autocommit),
+        # or by Django's init_connection_state without a pool (which commits if told to).
+        # Behind a transaction-pooling proxy nothing is prepared, and a SET would outlive the
+        # transaction on a server session the proxy lends to others.
+        commit = super()._configure_connection(connection)  # type: ignore[misc]
+        if prepare_threshold() is None:
+            return bool(commit)
+        with connection.cursor() as cursor:
+            cursor.execute(GENERIC_PLANS)
+        return True
 
     def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
         # Django 5.1's pool; django-stubs does not declare it yet.

@@ -58,7 +58,7 @@ def test_postgres_url_is_used_as_given():
 
 def test_without_a_pool_each_thread_keeps_its_connection():
     config = database_settings("postgres://u:p@db.example:6543/prod", pool_size=None)
-    assert config["ENGINE"] == "django.db.backends.postgresql"
+    assert config["ENGINE"] == "common.postgres"  # prepared statements planned generically
     assert config["CONN_MAX_AGE"] == 300 and config["CONN_HEALTH_CHECKS"]
     assert "pool" not in config.get("OPTIONS", {})
 

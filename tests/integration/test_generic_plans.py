@@ -1,0 +1,92 @@
+"""The engine (``common.postgres``) has the application's prepared statements planned generically.
+
+PostgreSQL's default (``plan_cache_mode = auto``) plans a prepared statement afresh at each of
+its first five runs on a session, and again after each change to a table it reads; each server
+session here is told to plan generically at once instead, with or without a pool. Where nothing
+is prepared (``SHERDLOCK_PREPARE_THRESHOLD=off``, as behind a transaction-pooling proxy) the
+session is left as the server set it up.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from django.db import connection
+
+from common import db
+from tests.helpers.processes import ROOT
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# A statement of the application's shape: named parameters, run through common.db.
+PROBE = "SELECT count(*) FROM tokens_token WHERE wallet = %(wallet)s AND currency = %(currency)s"
+
+# The statement a child process runs a few times before it reports how its session plans it,
+# and what that session's plan_cache_mode is.
+CHILD = f"""
+import django
+django.setup()
+from django.db import connection
+from common import db
+for n in range(6):
+    db.execute({PROBE!r}, {{"wallet": f"w{{n}}", "currency": "USD"}})
+with connection.cursor() as cursor:
+    cursor.execute("SHOW plan_cache_mode")
+    mode = cursor.fetchone()[0]
+    cursor.execute(
+        "SELECT coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0) "
+        "FROM pg_prepared_statements WHERE statement LIKE '%%FROM tokens_token WHERE wallet%%'"
+    )
+    generic, custom = cursor.fetchone()
+print(mode, generic, custom)
+"""
+
+
+def plans_of_probe() -> tuple[int, int]:
+    """Return (generic, custom) plans made so far for PROBE prepared on this session."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0) "
+            "FROM pg_prepared_statements WHERE statement LIKE %s",
+            ["%FROM tokens_token WHERE wallet%"],
+        )
+        return cursor.fetchone()
+
+
+def test_a_prepared_statement_is_never_planned_per_call():
+    for n in range(8):
+        db.execute(PROBE, {"wallet": f"w{n}", "currency": "USD"})
+    generic, custom = plans_of_probe()
+    assert custom == 0, "each run planned for its own values"
+    assert generic >= 1, "the statement was not prepared"
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW plan_cache_mode")
+        assert cursor.fetchone()[0] == "force_generic_plan"
+
+
+def run_child(subprocess_env: dict[str, str], **env: str) -> tuple[str, int, int]:
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        cwd=ROOT,
+        env={**subprocess_env, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    mode, generic, custom = result.stdout.split()
+    return mode, int(generic), int(custom)
+
+
+def test_a_connection_per_thread_plans_generically_too(subprocess_env):
+    mode, generic, custom = run_child(subprocess_env, DATABASE_POOL_SIZE="off")
+    assert mode == "force_generic_plan"
+    assert (generic >= 1, custom) == (True, 0)
+
+
+def test_a_session_where_nothing_is_prepared_is_left_as_it_was(subprocess_env):
+    mode, generic, custom = run_child(subprocess_env, SHERDLOCK_PREPARE_THRESHOLD="off")
+    assert mode == "auto"
+    assert (generic, custom) == (0, 0)
