@@ -23,8 +23,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # A statement of the application's shape: named parameters, run through common.db.
 PROBE = "SELECT count(*) FROM tokens_token WHERE wallet = %(wallet)s AND currency = %(currency)s"
 
-# The statement a child process runs a few times before it reports how its session plans it,
-# and what that session's plan_cache_mode is.
+# How the probe's session has planned it so far: (generic, custom) plans of the prepared probe.
+PLANS = (
+    "SELECT coalesce(sum(generic_plans), 0)::int, coalesce(sum(custom_plans), 0)::int "
+    "FROM pg_prepared_statements WHERE statement LIKE %s"
+)
+PROBED = "%FROM tokens_token WHERE wallet%"
+
+# A child process runs the probe a few times, then reports its session's plan_cache_mode, the
+# mode that session started with, and how the probe was planned.
 CHILD = f"""
 import django
 django.setup()
@@ -33,25 +40,18 @@ from common import db
 for n in range(6):
     db.execute({PROBE!r}, {{"wallet": f"w{{n}}", "currency": "USD"}})
 with connection.cursor() as cursor:
-    cursor.execute("SHOW plan_cache_mode")
-    mode = cursor.fetchone()[0]
-    cursor.execute(
-        "SELECT coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0) "
-        "FROM pg_prepared_statements WHERE statement LIKE '%%FROM tokens_token WHERE wallet%%'"
-    )
+    cursor.execute("SELECT setting, reset_val FROM pg_settings WHERE name = 'plan_cache_mode'")
+    mode, started = cursor.fetchone()
+    cursor.execute({PLANS!r}, [{PROBED!r}])
     generic, custom = cursor.fetchone()
-print(mode, generic, custom)
+print(mode, started, generic, custom)
 """
 
 
 def plans_of_probe() -> tuple[int, int]:
     """Return (generic, custom) plans made so far for PROBE prepared on this session."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0) "
-            "FROM pg_prepared_statements WHERE statement LIKE %s",
-            ["%FROM tokens_token WHERE wallet%"],
-        )
+        cursor.execute(PLANS, [PROBED])
         return cursor.fetchone()
 
 
@@ -66,7 +66,8 @@ def test_a_prepared_statement_is_never_planned_per_call():
         assert cursor.fetchone()[0] == "force_generic_plan"
 
 
-def run_child(subprocess_env: dict[str, str], **env: str) -> tuple[str, int, int]:
+def run_child(subprocess_env: dict[str, str], **env: str) -> tuple[str, str, int, int]:
+    """Run CHILD with ``env`` on top; return (mode, mode it started with, generic, custom)."""
     result = subprocess.run(
         [sys.executable, "-c", CHILD],
         cwd=ROOT,
@@ -76,17 +77,17 @@ def run_child(subprocess_env: dict[str, str], **env: str) -> tuple[str, int, int
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    mode, generic, custom = result.stdout.split()
-    return mode, int(generic), int(custom)
+    mode, started, generic, custom = result.stdout.split()
+    return mode, started, int(generic), int(custom)
 
 
 def test_a_connection_per_thread_plans_generically_too(subprocess_env):
-    mode, generic, custom = run_child(subprocess_env, DATABASE_POOL_SIZE="off")
+    mode, _, generic, custom = run_child(subprocess_env, DATABASE_POOL_SIZE="off")
     assert mode == "force_generic_plan"
     assert (generic >= 1, custom) == (True, 0)
 
 
 def test_a_session_where_nothing_is_prepared_is_left_as_it_was(subprocess_env):
-    mode, generic, custom = run_child(subprocess_env, SHERDLOCK_PREPARE_THRESHOLD="off")
-    assert mode == "auto"
+    mode, started, generic, custom = run_child(subprocess_env, SHERDLOCK_PREPARE_THRESHOLD="off")
+    assert mode == started
     assert (generic, custom) == (0, 0)
