@@ -240,6 +240,7 @@ class PostgresTokenStore:
             strategy=named,
             metered=meter is not None,
             fresh=fetch and claim.contested,
+            spare=not (fetch and claim.contested) or claim.spare,
         )
         row = db.one(self._execute(locking.LOCK_STATEMENTS[variant], params))
         if meter is None:

@@ -25,7 +25,8 @@ class TokenStore(Protocol):
         on every call so replicas do not all race for the same tokens, and rows another
         transaction is touching right now are skipped rather than waited for (`claim.order`
         other than random: rows in that order of quantity, ties at random). Lock the shortest
-        prefix whose quantities reach `claim.need`; return the other rows unlocked as `spare`.
+        prefix whose quantities reach `claim.need`; return the other rows unlocked as `spare`
+        (a store may leave them out when `claim.spare` is False).
         If every free token of the key together cannot reach the need, lock nothing and report
         the key's totals as `shortfall`. If `limit` random rows do not reach it (more free
         tokens may), lock nothing and set `short_batch`: the caller fetches in descending order

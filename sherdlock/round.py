@@ -41,8 +41,10 @@ class Round:
     # The selection's wait for funds and its key's turn (sherdlock.turns), kept across rounds.
     turn: Turn = field(default_factory=lambda: Turn(0.0))
 
-    def claim(self, contested: bool = False, largest_first: bool = False) -> Claim:
-        """Describe this round to the store (``contested``: see Claim).
+    def claim(
+        self, contested: bool = False, largest_first: bool = False, spare: bool = True
+    ) -> Claim:
+        """Describe this round to the store (``contested``, ``spare``: see Claim).
 
         ``largest_first``: a fetch in descending order of quantity, whatever the strategy's
         order (after a random fetch came back short, FetchResult.short_batch).
@@ -59,6 +61,7 @@ class Round:
             DESCENDING if largest_first else self.strategy.order,
             self.strategy.name,
             contested,
+            spare,
         )
 
     def adopt(self, fence: int | None, record: object | None) -> None:

@@ -266,9 +266,10 @@ class Selector:
             total_before_fetch = rnd.total
             rnd.pending = None
             # Replicas that fall back to a wallet's largest tokens go for the same few, so that
-            # fetch takes each as of the moment it locks it, as on a contested wallet.
-            contested = largest_first or cache.contested(rnd.key)
-            claim = rnd.claim(contested, largest_first)
+            # fetch takes each as of the moment it locks it, as on a contested wallet. A
+            # contested wallet has no queue to keep what the fetch does not lock.
+            crowded = cache.contested(rnd.key)
+            claim = rnd.claim(largest_first or crowded, largest_first, spare=not crowded)
             result = store.fetch_and_lock(claim, self._fetch_limit(rnd.key, cache))
             rnd.pending = []
             fetches += 1

@@ -65,6 +65,10 @@ class Claim:
     # The key's selections keep colliding (sherdlock.cache, "contested"): a fetch should take
     # each token as of the moment it locks it, not as of the moment it read the batch.
     contested: bool = False
+    # Whether the caller keeps the rows a fetch reads but does not lock (FetchResult.spare):
+    # a replica keeps no queue of a contested key (sherdlock.cache), so a store may leave them
+    # out of its answer.
+    spare: bool = True
 
     @property
     def held_total(self) -> int:

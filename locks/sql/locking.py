@@ -18,7 +18,7 @@ call.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clients.sql import ADMITTED, METERED, RESULT_METERED
 from common.sql import ASYNC_COMMIT
@@ -252,8 +252,11 @@ FETCH_EXTRA = """(SELECT count(*) FROM chosen) AS attempted,
        CASE WHEN (SELECT free FROM reach) < %(need)s::numeric THEN (
            SELECT coalesce(sum(t.quantity), 0) FROM tokens_token t WHERE {unspent_of_key})
        END AS unspent,
-       s.ids AS spare_ids, s.quantities AS spare_quantities,
+       {spare_columns},
        """
+SPARE_COLUMNS = "s.ids AS spare_ids, s.quantities AS spare_quantities"
+# A fetch whose caller keeps no queue of the wallet (Claim.spare) reads no spare.
+NO_SPARE_COLUMNS = "NULL::bigint[] AS spare_ids, NULL::numeric[] AS spare_quantities"
 
 
 # -- strategies: fetches in quantity order, windows, the strategy on the selection row -------
@@ -288,6 +291,7 @@ class LockStatement:
     strategy: bool = False  # record: name the strategy on the selection row
     metered: bool = False  # take the request's rate-limit units, lock nothing if refused
     fresh: bool = False  # fetch: take tokens as of now, a covering run at a time (contested)
+    spare: bool = True  # fetch: answer the rows it read and did not lock (off: fresh only)
 
 
 # A locking statement: its CTEs in this order (a variant leaves out the ones it does without),
@@ -329,11 +333,15 @@ def _compose(variant: LockStatement) -> str:
         else "",
     )
     result = RESULT.format(
-        fetched=FETCH_EXTRA.format(**fill) if variant.fetch else "",
+        fetched=FETCH_EXTRA.format(
+            **fill, spare_columns=SPARE_COLUMNS if variant.spare else NO_SPARE_COLUMNS
+        )
+        if variant.fetch
+        else "",
         outcome=RESULT_RECORDED.format(**fill) if variant.record else RESULT_PLAIN,
     ) + (RESULT_METERED if variant.metered else "")
     spare = SPARE.format(looked="looked" if variant.fresh else "chosen")
-    result += RESULT_FROM.format(spare=spare if variant.fetch else "")
+    result += RESULT_FROM.format(spare=spare if variant.fetch and variant.spare else "")
     return LOCK.format(ctes=ctes.rstrip(","), result=result)
 
 
@@ -346,11 +354,16 @@ def _variants() -> Iterator[LockStatement]:
                     # The strategies' variants: fetches in quantity order, rows naming them.
                     for order in ("random", "ascending", "descending") if fetch else ("random",):
                         for strategy in (False, True) if record else (False,):
-                            # A contested wallet's fetch.
-                            for fresh in (False, True) if fetch else (False,):
-                                yield LockStatement(
-                                    fetch, record, durable, order, strategy, metered, fresh
-                                )
+                            variant = LockStatement(
+                                fetch, record, durable, order, strategy, metered
+                            )
+                            yield variant
+                            if fetch:
+                                # A contested wallet's fetch, and the same without the spare
+                                # rows its replica would not keep.
+                                contested = replace(variant, fresh=True)
+                                yield contested
+                                yield replace(contested, spare=False)
 
 
 LOCK_STATEMENTS: dict[LockStatement, str] = {v: _compose(v) for v in _variants()}

@@ -320,8 +320,10 @@ def test_a_wallet_whose_queue_keeps_going_stale_is_served_by_fetches(store, cloc
     clock.advance(1.0)
     a.select("a5", key.wallet, key.currency, 1)
     assert not a.cache.contested(key) and a.cache.peek(key)
-    # The store is told which fetches are a contested wallet's (it may take tokens as of now).
+    # The store is told which fetches are a contested wallet's (it may take tokens as of now),
+    # and that the rows such a fetch does not lock would not be kept (it may leave them out).
     assert [claim.contested for claim in claims] == [True, False]
+    assert [claim.spare for claim in claims] == [False, True]
 
 
 class OrderSpy(SpyStore):
