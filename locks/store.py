@@ -13,7 +13,7 @@ from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
 
 from clients import throttling
 from common import db, sessions
-from locks.sql import locking
+from locks.sql import locking, turns
 from sherdlock import (
     Candidate,
     Claim,
@@ -168,7 +168,7 @@ class PostgresTokenStore:
         return Supply(unspent=int(unspent), locked_by_others=int(locked))
 
     def take_turn(self, key: WalletKey, wait: float) -> bool:
-        """Take the key's turn on this thread's session (``locking.TURN``), waiting at most
+        """Take the key's turn on this thread's session (``locks.sql.turns``), waiting at most
         ``wait`` seconds behind whoever holds it or asked before.
 
         Behind a transaction-pooling proxy a session lock would stay with whichever server
@@ -177,13 +177,13 @@ class PostgresTokenStore:
         """
         if sessions.transaction_pooled() or connections[self.using].in_atomic_block:
             return False
-        return self._waited(locking.TAKE_TURN, key, wait)
+        return self._waited(turns.TAKE_TURN, key, wait)
 
     def await_turn(self, key: WalletKey, wait: float) -> bool:
         """Wait at most ``wait`` seconds for nobody to hold or ask for the key's turn."""
         if connections[self.using].in_atomic_block:
             return False
-        return self._waited(locking.AWAIT_TURN, key, wait)
+        return self._waited(turns.AWAIT_TURN, key, wait)
 
     def end_turn(self, key: WalletKey) -> None:
         """Give back the key's turn this thread's session holds.
@@ -192,7 +192,7 @@ class PostgresTokenStore:
         the turn ends with it.
         """
         try:
-            self._execute(locking.END_TURN, {"wallet": key.wallet, "currency": key.currency})
+            self._execute(turns.END_TURN, {"wallet": key.wallet, "currency": key.currency})
         except Exception:
             raw = connections[self.using].connection
             if raw is not None:

@@ -48,19 +48,6 @@ gate AS MATERIALIZED (
 ),"""
 OPEN = "(SELECT open FROM gate)"
 
-# A key's turn (sherdlock.turns): the session-level advisory lock of a wallet and currency that
-# a selection which waited long for held funds holds while it polls. TAKE_TURN queues for it
-# (in the order asked), AWAIT_TURN waits until nobody holds or asks for it; each waits at most
-# as long as the lock_timeout local to its statement. The key hashes the wallet and currency
-# under a class of this project's own (two keys sharing a hash only wait for each other).
-TURN_KEY = "1936221291, hashtext(%(wallet)s::text || '/' || %(currency)s::text)"
-WAITING_AT_MOST = "waiting AS MATERIALIZED (SELECT set_config('lock_timeout', %(wait)s, true))"
-TAKE_TURN = f"WITH {WAITING_AT_MOST}\nSELECT pg_advisory_lock({TURN_KEY}) FROM waiting"
-AWAIT_TURN = f"""WITH {WAITING_AT_MOST},
-ended AS MATERIALIZED (SELECT pg_advisory_lock_shared({TURN_KEY}) FROM waiting)
-SELECT pg_advisory_unlock_shared({TURN_KEY}) FROM ended"""
-END_TURN = f"SELECT pg_advisory_unlock({TURN_KEY})"
-
 # A token is free when no live lock row names it. Evaluated against the statement's snapshot: a
 # lock committed after it is caught by ON CONFLICT in the insert. The lock row is looked up by
 # its key (token, wallet), once per candidate; the wallet prunes the lock table to the claim's

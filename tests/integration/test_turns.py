@@ -1,4 +1,4 @@
-"""A key's turn on PostgreSQL (sherdlock.turns, locks.sql.locking.TAKE_TURN): sessions, order."""
+"""A key's turn on PostgreSQL (sherdlock.turns, locks.sql.turns.TAKE_TURN): sessions, order."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def test_no_turn_is_taken_or_awaited_inside_a_transaction(store):
 def test_a_session_that_cannot_give_its_turn_back_ends_it(store, monkeypatch):
     def take_and_fail() -> None:
         assert store.take_turn(KEY, 1.0)
-        monkeypatch.setattr("locks.sql.locking.END_TURN", "SELECT 1 / 0")
+        monkeypatch.setattr("locks.sql.turns.END_TURN", "SELECT 1 / 0")
         with pytest.raises(Exception, match="division by zero"):
             store.end_turn(KEY)
 
