@@ -5,10 +5,9 @@ hot statements planning costs more than running them. These run through cursors 
 parameters separately (one per statement on each server connection, reused), which psycopg
 prepares on the server once a statement has run ``prepare_threshold`` times on that
 connection. Statements are written with named parameters (``%(name)s``) and turned into
-PostgreSQL's own ``$1 .. $n`` once, so nothing parses a statement's text on the way out. They
-still go through Django's cursor wrapper, so Django logs them (``CaptureQueriesContext``,
-DEBUG) and turns driver errors into ``django.db`` errors, marking the connection for its health
-check.
+PostgreSQL's own ``$1 .. $n`` once, so nothing parses a statement's text on the way out. Django
+still logs them (``CaptureQueriesContext``, DEBUG), its execute wrappers still see them, and
+driver errors still arrive as ``django.db`` errors, marking the connection for its health check.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from typing import Any
 import orjson
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.json import set_json_loads
 from psycopg.types.numeric import Int8Dumper
@@ -61,7 +61,10 @@ def prepare_threshold() -> int | None:
 
 
 def cursor(
-    statement: str, using: str = DEFAULT_DB_ALIAS, threshold: int | None = -1
+    statement: str,
+    using: str = DEFAULT_DB_ALIAS,
+    threshold: int | None = -1,
+    connection: BaseDatabaseWrapper | None = None,
 ) -> psycopg.RawCursor:
     """Return the cursor of ``statement`` (native) on this thread's connection to ``using``.
 
@@ -73,8 +76,10 @@ def cursor(
     so the socket turns readable). Counted as the request's check, so the ORM skips its own.
     With a pool (``DATABASE_POOL_SIZE``) the same check is made on each connection the pool lends
     (``common.postgres``), and this thread's connection is borrowed here if it holds none.
+    ``connection`` is this thread's wrapper for ``using`` when the caller already has it.
     """
-    connection = connections[using]
+    if connection is None:
+        connection = connections[using]
     raw = connection.connection
     # health_check_done is set by BaseDatabaseWrapper.__init__; django-stubs does not declare it.
     if raw is not None and not connection.health_check_done:  # type: ignore[attr-defined]
@@ -151,17 +156,31 @@ def execute(
     using: str = DEFAULT_DB_ALIAS,
     threshold: int | None = -1,
 ) -> psycopg.RawCursor:
-    """Execute ``statement`` with its named ``params``; return the cursor holding its result."""
+    """Execute ``statement`` with its named ``params``; return the cursor holding its result.
+
+    Without query logging or execute wrappers (``connection.execute_wrapper``), Django's
+    cursor wrapper would do no more than what is done here: refuse to run in a broken
+    transaction and turn driver errors into ``django.db`` errors. Building that wrapper, walking
+    its empty chain of wrappers and looking the connection up twice more cost about 6% of a
+    replica's instructions per select + release cycle, so the wrapper is built only when
+    something would see it.
+    """
     connection = connections[using]
     text, names = native(statement)
-    raw_cursor = cursor(text, using, threshold)
-    # Django wraps the driver's own cursor here; django-stubs types the argument as a wrapper.
-    wrapper = (
-        connection.make_debug_cursor(raw_cursor)  # type: ignore[arg-type]
-        if connection.queries_logged
-        else connection.make_cursor(raw_cursor)  # type: ignore[arg-type]
-    )
-    wrapper.execute(text, [params[name] for name in names])
+    raw_cursor = cursor(text, using, threshold, connection)
+    values = [params[name] for name in names]
+    if connection.queries_logged or connection.execute_wrappers:
+        # Django wraps the driver's own cursor here; django-stubs types it as a wrapper.
+        wrapper = (
+            connection.make_debug_cursor(raw_cursor)  # type: ignore[arg-type]
+            if connection.queries_logged
+            else connection.make_cursor(raw_cursor)  # type: ignore[arg-type]
+        )
+        wrapper.execute(text, values)
+        return raw_cursor
+    connection.validate_no_broken_transaction()
+    with connection.wrap_database_errors:
+        raw_cursor.execute(text, values)
     return raw_cursor
 
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import psycopg
 import pytest
-from django.db import connection
+from django.db import DataError, ProgrammingError, connection, transaction
+from django.db.transaction import TransactionManagementError
+from django.test.utils import CaptureQueriesContext
 
 from common import db
 
@@ -71,3 +74,41 @@ def test_a_closed_connections_cursors_are_let_go():
     # A statement's first call on a connection keeps its cursor, and sweeps the closed ones.
     assert db.one(db.execute("SELECT %(n)s::bigint + 2 AS swept", {"n": 1})) == (3,)
     assert old not in db._cursors
+
+
+def test_driver_errors_arrive_as_djangos_without_query_logging(settings):
+    settings.DEBUG = False
+    assert not connection.queries_logged and not connection.execute_wrappers
+    with pytest.raises(DataError) as raised:
+        db.execute("SELECT %(n)s::bigint / 0 AS none", {"n": 1})
+    assert isinstance(raised.value.__cause__, psycopg.errors.DivisionByZero)
+    with pytest.raises(ProgrammingError) as raised:
+        db.execute("SELECT n FROM no_such_table WHERE n = %(n)s", {"n": 1})
+    assert isinstance(raised.value.__cause__, psycopg.errors.UndefinedTable)
+    # Django's error wrapper also marks the connection for its next health check.
+    assert connection.errors_occurred
+
+
+def test_a_broken_transaction_refuses_statements_without_query_logging(settings):
+    settings.DEBUG = False
+    with transaction.atomic():
+        connection.needs_rollback = True
+        with pytest.raises(TransactionManagementError):
+            db.execute("SELECT %(n)s::bigint AS n", {"n": 1})
+        connection.needs_rollback = False
+
+
+def test_execute_wrappers_and_query_logging_see_each_statement(settings):
+    settings.DEBUG = False
+    seen: list[str] = []
+
+    def wrapper(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        assert db.one(db.execute("SELECT %(n)s::bigint AS n", {"n": 7})) == (7,)
+    assert seen == ["SELECT $1::bigint AS n"]
+    with CaptureQueriesContext(connection) as captured:
+        db.execute("SELECT %(n)s::bigint AS n", {"n": 8})
+    assert [query["sql"] for query in captured.captured_queries] == ["SELECT $1::bigint AS n"]
