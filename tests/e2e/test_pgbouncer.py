@@ -187,6 +187,8 @@ def test_the_pooled_guard_is_a_session_of_its_own(transactional_db, db_url, sett
                 other.execute(
                     "SELECT a.pid, a.application_name FROM pg_locks l "
                     "JOIN pg_stat_activity a USING (pid) WHERE l.locktype = 'advisory' "
+                    "AND l.database = (SELECT oid FROM pg_database WHERE datname = "
+                    "current_database()) "
                     "AND l.granted AND (l.classid::bigint << 32 | l.objid::bigint) = %s",
                     [GUARD_KEY],
                 ).fetchall()

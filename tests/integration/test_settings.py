@@ -3,6 +3,9 @@
 import dataclasses
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.core import checks
@@ -236,8 +239,15 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_importing_the_settings_starts_and_writes_nothing(tmp_path):
-    data = tmp_path / "data"
+@pytest.fixture
+def short_tmp_path() -> Iterator[Path]:
+    """A directory whose path is short enough for a socket inside it, wherever tmp_path is."""
+    with tempfile.TemporaryDirectory(prefix="sherdlock-", dir="/tmp") as path:
+        yield Path(path)
+
+
+def test_importing_the_settings_starts_and_writes_nothing(short_tmp_path):
+    data = short_tmp_path / "data"
     result = _python(
         "import django; django.setup(); from django.conf import settings;"
         " print(settings.DATABASES['default']['HOST']); print(settings.EMBEDDED_DATABASE_DIR)",

@@ -74,6 +74,7 @@ def _until_waiting(count: int) -> None:
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
             )
             if cursor.fetchone()[0] >= count:
                 return
