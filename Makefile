@@ -73,13 +73,17 @@ bench-admin: $(STAMP)
 # plugins, not strictly ([tool.mypy] in pyproject.toml).
 MYPY_APPS := locks tokens clients common config tests/workers
 
+# Two workers: the end-to-end tests one after another on one of them, the unit and integration
+# tests on the other (tests/helpers/scheduling.py). PYTEST_WORKERS=0: one process.
+PYTEST_WORKERS ?= 2
+
 test: $(STAMP) browser pgbouncer
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m mypy --strict sherdlock/
 	$(PY) -m mypy $(MYPY_APPS)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --numprocesses $(PYTEST_WORKERS) --dist load $(PYTEST_ARGS)
 
 test-slow: $(STAMP) pgbouncer
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)

@@ -26,6 +26,16 @@ def pytest_configure(config: pytest.Config) -> None:
         _started.append(server)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Under ``--dist load`` (``make test``), run every end-to-end test on one worker."""
+    if config.getvalue("dist") != "load":
+        return None
+    from tests.helpers.scheduling import EndToEndOnOneWorker
+
+    return EndToEndOnOneWorker(config, log)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Stop the embedded PostgreSQL server if this test run started it."""
     from config import embedded_db

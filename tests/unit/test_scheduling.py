@@ -1,0 +1,91 @@
+"""``make test``'s scheduler: every end-to-end test on one worker, every collected test run."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from tests.helpers.scheduling import EndToEndOnOneWorker
+
+# End-to-end tests among the others, as pytest orders them by fixture, and items that share a
+# node id (the schema fuzzer's, one per API operation), each of which must run.
+COLLECTION = [
+    nodeid
+    for n in range(12)
+    for nodeid in (
+        f"tests/unit/test_cache.py::test_{n}",
+        f"tests/e2e/test_chain.py::test_{n}",
+        f"tests/integration/test_store.py::test_{n}",
+        "tests/e2e/test_fuzz.py::test_schema",
+    )
+]
+E2E = {i for i, nodeid in enumerate(COLLECTION) if nodeid.startswith("tests/e2e/")}
+
+
+class Config:
+    def __init__(self, workers: int) -> None:
+        self.options = {"tx": [f"{workers}*popen"], "maxschedchunk": None}
+
+    def getvalue(self, name: str) -> object:
+        return self.options[name]
+
+    getoption = getvalue
+
+
+class Worker:
+    def __init__(self, name: str) -> None:
+        self.gateway = SimpleNamespace(id=name)
+        self.sent: list[int] = []
+        self.shutting_down = False
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        self.sent.extend(indices)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+def scheduled(workers: int) -> tuple[EndToEndOnOneWorker, list[Worker]]:
+    """A scheduler that has handed COLLECTION its first tests on `workers` workers."""
+    scheduler = EndToEndOnOneWorker(Config(workers))  # type: ignore[arg-type]
+    nodes = [Worker(f"gw{n}") for n in range(workers)]
+    for node in nodes:
+        scheduler.add_node(node)  # type: ignore[arg-type]
+        scheduler.add_node_collection(node, COLLECTION)  # type: ignore[arg-type]
+    scheduler.schedule()
+    return scheduler, nodes
+
+
+def run(workers: int) -> list[Worker]:
+    """Run COLLECTION on `workers` workers, each completing its tests in the order sent."""
+    scheduler, nodes = scheduled(workers)
+    done = dict.fromkeys(nodes, 0)
+    while scheduler.has_pending:
+        # The worker that has finished fewest tests finishes its next one.
+        node = min((n for n in nodes if len(n.sent) > done[n]), key=lambda n: done[n])
+        scheduler.mark_test_complete(node, node.sent[done[node]])  # type: ignore[arg-type]
+        done[node] += 1
+    return nodes
+
+
+def test_every_end_to_end_test_goes_to_one_worker_and_every_test_runs_once():
+    first, second = run(2)
+    assert set(first.sent) >= E2E and not E2E & set(second.sent)
+    assert sorted(first.sent + second.sent) == list(range(len(COLLECTION)))
+    assert first.shutting_down and second.shutting_down
+
+
+def test_the_end_to_end_worker_takes_nothing_else_until_it_is_through_them():
+    scheduler, (first, second) = scheduled(2)
+    assert set(first.sent) == E2E and scheduler.pending
+    for index in sorted(E2E)[:-1]:
+        scheduler.mark_test_complete(first, index)  # type: ignore[arg-type]
+        assert set(first.sent) == E2E, "sent more before the end-to-end tests were done"
+    scheduler.mark_test_complete(first, max(E2E))  # type: ignore[arg-type]
+    assert set(first.sent) > E2E  # then it shares the rest
+    assert not E2E & set(second.sent)
+
+
+def test_one_worker_runs_everything():
+    (only,) = run(1)
+    assert sorted(only.sent) == list(range(len(COLLECTION)))
+    assert only.shutting_down
