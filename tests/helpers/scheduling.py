@@ -34,7 +34,7 @@ class EndToEndOnOneWorker(LoadScheduling):
         if self.maxschedchunk is None:
             self.maxschedchunk = len(self.collection)
         pinned = [i for i, nodeid in enumerate(self.collection) if nodeid.startswith(PINNED)]
-        self.pending[:] = [i for i in range(len(self.collection)) if i not in set(pinned)]
+        self.pending[:] = sorted(set(range(len(self.collection))) - set(pinned))
         if pinned:
             first = self.nodes[0]
             self.node2pending[first].extend(pinned)
