@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from urllib.parse import urlsplit, urlunsplit
 
 DEFAULT_NAME = "sherdlock_bench"
@@ -93,30 +94,47 @@ def locate(name: str = DEFAULT_NAME) -> tuple[str, object | None]:
 
 
 @contextlib.contextmanager
-def django_on(name: str = DEFAULT_NAME, log_level: str = "WARNING"):
-    """Set Django up on benchmark database ``name`` (created if missing, migrated); yield its URL.
+def held(name: str = DEFAULT_NAME):
+    """Create benchmark database ``name`` if missing and hold it for this run; yield its URL.
 
-    For the stand-alone benchmark scripts. An embedded server this started is stopped after.
+    Raise ``RunInProgress`` if another run holds it. An embedded server this started is stopped
+    after.
     """
     url, server = locate(name)
     try:
         create(url)
-        os.environ["DATABASE_URL"] = url
-        os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
-        os.environ.setdefault("LOG_LEVEL", log_level)
-        import django
-
-        from config import local
-
-        local.prepare()  # the static root; the server runs already
-        django.setup()
-        migrate()
-        yield url
+        with exclusive(url):
+            yield url
     finally:
         if server is not None and server.started:
             from config import embedded_db
 
             embedded_db.stop(server.data_dir)
+
+
+@contextlib.contextmanager
+def django_on(name: str = DEFAULT_NAME, log_level: str = "WARNING"):
+    """Set Django up on benchmark database ``name`` (created if missing, migrated); yield its URL.
+
+    For the stand-alone benchmark scripts, which reseed the database as a run does: while
+    another run or script holds it, this one exits with status 2 before touching it.
+    """
+    try:
+        with held(name) as url:
+            os.environ["DATABASE_URL"] = url
+            os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
+            os.environ.setdefault("LOG_LEVEL", log_level)
+            import django
+
+            from config import local
+
+            local.prepare()  # the static root; the server runs already
+            django.setup()
+            migrate()
+            yield url
+    except RunInProgress as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def renamed(url: str, name: str) -> str:

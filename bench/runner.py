@@ -206,19 +206,12 @@ def _faults(point: dict) -> str:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     started = time.monotonic()
-    url, server = database.locate(args.database)
     try:
-        database.create(url)
-        with database.exclusive(url):
+        with database.held(args.database) as url:
             return _main(args, url, started)
     except database.RunInProgress as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 2
-    finally:
-        if server is not None and server.started:
-            from config import embedded_db
-
-            embedded_db.stop(server.data_dir)
 
 
 def _main(args, url: str, started: float) -> int:

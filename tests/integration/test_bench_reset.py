@@ -50,3 +50,19 @@ def test_a_second_run_on_the_same_database_refuses_to_start(db_url):
     with database.exclusive(db_url), psycopg.connect(db_url, autocommit=True) as other:
         held = other.execute("SELECT pg_try_advisory_lock(%s, %s)", database.RUN_LOCK).fetchone()
         assert held == (False,)
+
+
+def test_a_stand_alone_script_refuses_a_database_a_run_holds(db_url, monkeypatch, capsys):
+    """A script that reseeds the database (bench.library_cpu, say) must not do it mid-run."""
+    from urllib.parse import urlsplit
+
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    name = urlsplit(db_url).path.lstrip("/")
+    with (
+        database.exclusive(db_url),
+        pytest.raises(SystemExit) as exited,
+        database.django_on(name),
+    ):
+        pytest.fail("the script ran on a database another run holds")
+    assert exited.value.code == 2
+    assert "another benchmark run is using" in capsys.readouterr().err
