@@ -66,3 +66,32 @@ def test_a_stand_alone_script_refuses_a_database_a_run_holds(db_url, monkeypatch
         pytest.fail("the script ran on a database another run holds")
     assert exited.value.code == 2
     assert "another benchmark run is using" in capsys.readouterr().err
+
+
+def test_a_point_starts_with_no_change_counted_towards_an_analysis():
+    """A count left by the previous point would bring an analysis of the emptied lock table."""
+    database.seed((("w", 5), ("w", 7)), "USD")
+    try:
+        for token in Token.objects.all():
+            make_lock(token)
+        TokenLock.objects.all().delete()
+
+        def changes() -> int:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_stat_force_next_flush()")
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_stat_clear_snapshot()")
+                cursor.execute(
+                    "SELECT n_mod_since_analyze FROM pg_stat_user_tables "
+                    "WHERE relid = 'locks_tokenlock'::regclass"
+                )
+                return cursor.fetchone()[0]
+
+        assert changes() >= 4  # two inserts and two deletes
+
+        database.reset()
+
+        assert changes() == 0
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
