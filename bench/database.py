@@ -292,6 +292,7 @@ def seed_generated(
         )
     with _cursor() as cursor:
         cursor.execute("VACUUM ANALYZE tokens_token")
+    forget_changes()
     checkpoint()
     return unspent_by_wallet()
 
@@ -368,7 +369,7 @@ def reset() -> None:
 
 
 def forget_changes() -> None:
-    """Zero autovacuum's counts of changes of every table the reset emptied.
+    """Zero autovacuum's counts of changes of the tables a reset or a seeding emptied.
 
     TRUNCATE keeps a table's count of changes since its last analysis. The lock table came out
     of a point with up to 500 changes counted (its threshold, migration 0009), so the next
