@@ -68,13 +68,12 @@ def test_a_stand_alone_script_refuses_a_database_a_run_holds(db_url, monkeypatch
     assert "another benchmark run is using" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    "empty",
-    [database.reset, lambda: database.seed_generated("g-", 2, 3, "USD", 1)],
-    ids=["reset", "seed_generated"],
-)
-def test_a_point_starts_with_no_change_counted_towards_an_analysis(empty):
-    """A count left by the previous point would bring an analysis of the emptied lock table."""
+def test_a_point_starts_with_no_change_counted_towards_an_analysis():
+    """A count left by the previous point would bring an analysis of the emptied lock table.
+
+    ``seed_generated`` ends the same way, but is not run here: its bulk load recreates the
+    token table's indexes, which would change the plans later tests of this database check.
+    """
     database.seed((("w", 5), ("w", 7)), "USD")
     try:
         for token in Token.objects.all():
@@ -94,7 +93,7 @@ def test_a_point_starts_with_no_change_counted_towards_an_analysis(empty):
 
         assert changes() >= 4  # two inserts and two deletes
 
-        empty()
+        database.reset()
 
         assert changes() == 0
     finally:
