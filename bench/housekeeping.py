@@ -18,7 +18,7 @@ import os
 import time
 import traceback
 
-from bench import database, strategies
+from bench import database, expired_locks, strategies
 from bench.strategies import OURS
 from bench.workloads import large
 
@@ -71,7 +71,7 @@ def housekeeper(go, start, results) -> None:  # pragma: no cover - runs in its o
                     "skipped": run.skipped,
                 }
             )
-            if database.expired_left() == 0:
+            if expired_locks.expired_left() == 0:
                 break
         results.put(("done", passes))
     except BaseException:
@@ -152,11 +152,11 @@ def run(args, harness, say) -> dict:
     out["no_rows"] = point("hk-a")
     say(f"planting {expired} expired lock rows")
     began = time.monotonic()
-    planted = database.plant_expired_locks(expired, lease)
+    planted = expired_locks.plant_expired_locks(expired, lease)
     say(f"planted {planted} in {time.monotonic() - began:.1f} s")
     out["planted"] = planted
     out["rows_left"] = point("hk-b")
-    say(f"{database.top_up_expired_locks(planted, lease)} expired lock rows for (c)")
+    say(f"{expired_locks.top_up_expired_locks(planted, lease)} expired lock rows for (c)")
     keeper = Housekeeper()
     out["housekeeping"] = point("hk-c", on_start=keeper.release)
     say("waiting for the housekeeper to remove the rest")
@@ -166,7 +166,7 @@ def run(args, harness, say) -> dict:
         "passes": len(passes),
         "expired_removed": sum(p["expired_removed"] for p in passes),
         "seconds": finished,
-        "expired_left": database.expired_left(),
+        "expired_left": expired_locks.expired_left(),
         # Share of the measured window during which housekeeping was running.
         "window_covered": round(min(1.0, finished / args.duration), 3),
         "pass_log": passes,
