@@ -38,6 +38,13 @@ SELECT count(*) FROM locks_tokenlock l JOIN tokens_token t ON t.id = l.token_id
 WHERE t.spent_at IS NULL AND l.spender_tx_id NOT LIKE %(planted)s
 """
 EXPIRED_PREFIX = "crashed-"
+# Locks of a burst of selections that has ended (quiet_spell()).
+QUIET_SPELL = """
+INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, created_at, expires_at, wallet,
+                             currency, quantity)
+SELECT id, 'quiet-' || id, 1, now(), now() + interval '1 minute', wallet, currency, quantity
+FROM tokens_token WHERE spent_at IS NULL ORDER BY id LIMIT %s
+"""
 
 # Tokens of a large workload generated in the server: wallet w holds tokens w*n .. w*n+n-1 of
 # 1-20 (quantities from a seeded random sequence, so every run seeds the same supply).
@@ -269,8 +276,11 @@ def seed_generated(
     return unspent_by_wallet()
 
 
-def reset() -> None:
-    """Restore the seeded tokens with their ids, and empty the lock, selection and waiter tables."""
+def reset(quiet_rows: int = 0) -> None:
+    """Restore the seeded tokens with their ids, and empty the lock, selection and waiter tables.
+
+    With ``quiet_rows``, the lock table is then left as a quiet spell leaves it (quiet_spell()).
+    """
     with _Quiet(), _cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
         cursor.execute("INSERT INTO tokens_token SELECT * FROM bench_snapshot")
@@ -291,8 +301,23 @@ def reset() -> None:
         # left unanalysed (TRUNCATE made its size unknown): statistics of an empty lock table,
         # taken now, would plan every statement of the point for a table that then fills up.
         cursor.execute("VACUUM (ANALYZE) tokens_token")
+    if quiet_rows:
+        quiet_spell(quiet_rows)
     forget_changes()
     checkpoint()
+
+
+def quiet_spell(rows: int) -> None:
+    """Lock ``rows`` unspent tokens, release them all, then vacuum and analyse the lock table.
+
+    What a service in use goes through after a burst: every lock released or spent, then the
+    autovacuum of the dead rows, which leaves statistics of an empty table. The next point's
+    statements are planned on them, as the next burst's are.
+    """
+    with _cursor() as cursor:
+        cursor.execute(QUIET_SPELL, [rows])
+        cursor.execute("DELETE FROM locks_tokenlock")
+        cursor.execute("VACUUM (ANALYZE) locks_tokenlock")
 
 
 def forget_changes() -> None:

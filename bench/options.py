@@ -42,6 +42,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--replicas", type=_ints, default=[1, 8, 20], help="replica counts, comma-separated"
     )
     parser.add_argument("--duration", type=float, default=3.0, help="seconds per point")
+    parser.add_argument(
+        "--quiet-spell",
+        type=int,
+        default=0,
+        metavar="ROWS",
+        help="before each selection point, lock ROWS tokens, release them and vacuum the lock "
+        "table, as a quiet spell after a burst leaves it (default 0: start from an empty one)",
+    )
     parser.add_argument("--spread-wallets", type=int, default=1000)
     parser.add_argument("--spread-tokens", type=int, default=100, help="tokens per wallet")
     parser.add_argument("--hot-wallet-tokens", type=int, default=1000)
@@ -172,6 +180,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         os.environ["SHERDLOCK_PARTITIONS"] = str(args.partitions)
         if args.partitions > 1 and args.database == database.DEFAULT_NAME:
             args.database = f"{database.DEFAULT_NAME}_p{args.partitions}"
+    if args.quiet_spell < 0:
+        parser.error("--quiet-spell must not be negative")
     if not args.replicas or min(args.replicas) < 1 or args.duration <= 0:
         parser.error("need positive replica counts and duration")
     if (

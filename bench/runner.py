@@ -95,7 +95,7 @@ class Harness:
         from bench.worker import Task
 
         if reset:
-            database.reset()
+            database.reset(self.args.quiet_spell)
         notifying = strategies.deploy(strategy)
         point: dict[str, object] = {
             "workload": workload.name,
