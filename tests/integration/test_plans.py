@@ -150,25 +150,6 @@ def test_lock_rows_are_found_by_key_whatever_the_statistics_say(name):
     assert all(node in ("Index Scan", "Index Only Scan") for node, _ in reads), reads
 
 
-@pytest.mark.parametrize("name", STATEMENTS)
-def test_a_lock_table_emptied_by_a_quiet_spell_is_still_read_by_key(name):
-    # Every lock released, then the vacuum autovacuum runs after a quiet spell: the table holds
-    # no rows. Had the vacuum also cut off its emptied pages, the statements would be planned
-    # for a table of no pages, where a sequential scan costs nothing, and would keep that plan
-    # while the next burst fills the table.
-    make_tokens(3000, wallet="alice", quantity=1)
-    with connection.cursor() as cursor:
-        cursor.execute(PLANT_LOCKS, ["burst", 0, 60, "alice", 3000])
-        cursor.execute("DELETE FROM locks_tokenlock")
-        cursor.execute("VACUUM (ANALYZE) locks_tokenlock")
-    reads = [
-        (n["Node Type"], n.get("Index Name"))
-        for n in generic_plan(STATEMENTS[name])
-        if n.get("Relation Name") == "locks_tokenlock" and n["Node Type"] != "ModifyTable"
-    ]
-    assert reads and all(node in ("Index Scan", "Index Only Scan") for node, _ in reads), reads
-
-
 # Every fetch in quantity order: the strategies' (ascending, descending), a random selection's
 # largest-first fetch after a short batch (descending), each also as a contested wallet's walk,
 # and the window of exact and consolidate.
