@@ -301,23 +301,27 @@ def reset(quiet_rows: int = 0) -> None:
         # left unanalysed (TRUNCATE made its size unknown): statistics of an empty lock table,
         # taken now, would plan every statement of the point for a table that then fills up.
         cursor.execute("VACUUM (ANALYZE) tokens_token")
+    forget_changes()
     if quiet_rows:
         quiet_spell(quiet_rows)
-    forget_changes()
     checkpoint()
 
 
 def quiet_spell(rows: int) -> None:
-    """Lock ``rows`` unspent tokens, release them all, then vacuum and analyse the lock table.
+    """Lock ``rows`` unspent tokens, release them all, vacuum the lock table, then housekeep.
 
-    What a service in use goes through after a burst: every lock released or spent, then the
-    autovacuum of the dead rows, which leaves statistics of an empty table. The next point's
-    statements are planned on them, as the next burst's are.
+    What a service in use goes through in a quiet spell after a burst: every lock released or
+    spent, then the autovacuum of the dead rows, which records an empty table, then (the spell
+    outlasting the beat's interval) a housekeeping pass. The next point's statements are
+    planned on what those leave, as the next burst's are.
     """
+    from locks.housekeeping import run_housekeeping
+
     with _cursor() as cursor:
         cursor.execute(QUIET_SPELL, [rows])
         cursor.execute("DELETE FROM locks_tokenlock")
         cursor.execute("VACUUM (ANALYZE) locks_tokenlock")
+    run_housekeeping()
 
 
 def forget_changes() -> None:

@@ -47,8 +47,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=int,
         default=0,
         metavar="ROWS",
-        help="before each selection point, lock ROWS tokens, release them and vacuum the lock "
-        "table, as a quiet spell after a burst leaves it (default 0: start from an empty one)",
+        help="before each selection point, lock ROWS tokens, release them, vacuum the lock "
+        "table and housekeep, as a quiet spell after a burst leaves it (default 0: start from "
+        "an empty one)",
     )
     parser.add_argument("--spread-wallets", type=int, default=1000)
     parser.add_argument("--spread-tokens", type=int, default=100, help="tokens per wallet")

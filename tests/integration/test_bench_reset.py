@@ -101,18 +101,28 @@ def test_a_point_starts_with_no_change_counted_towards_an_analysis():
             cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
 
 
-def test_a_quiet_spell_leaves_the_lock_table_vacuumed_empty():
+def test_a_quiet_spell_leaves_the_lock_table_vacuumed_empty_and_housekept():
     """``--quiet-spell``: the point starts as the next burst after a quiet spell would."""
+    from locks.models import HousekeepingRun
+
     database.seed([("w", 1)] * 300, "USD")
     try:
+        runs = HousekeepingRun.objects.count()
+
         database.reset(quiet_rows=200)
 
         assert not TokenLock.objects.exists()
         assert Token.objects.filter(spent_at__isnull=True).count() == 300
+        assert HousekeepingRun.objects.count() == runs + 1
         with connection.cursor() as cursor:
-            cursor.execute("SELECT reltuples FROM pg_class WHERE oid = 'locks_tokenlock'::regclass")
-            # Analysed empty, where a TRUNCATE leaves -1 (unknown).
-            assert cursor.fetchone() == (0,)
+            cursor.execute("SELECT pg_stat_force_next_flush()")
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT last_vacuum IS NOT NULL, last_analyze IS NOT NULL "
+                "FROM pg_stat_user_tables WHERE relid = 'locks_tokenlock'::regclass"
+            )
+            assert cursor.fetchone() == (True, True)
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TABLE IF EXISTS bench_snapshot")

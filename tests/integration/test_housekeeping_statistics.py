@@ -1,0 +1,79 @@
+"""Housekeeping forgets statistics that say the lock table is too small to plan on.
+
+How plans fare on them: ``test_plans.py``. Every test commits (VACUUM runs outside a
+transaction).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from django.db import connection
+from prometheus_client import REGISTRY
+
+from locks.housekeeping import run_housekeeping
+from tests.factories import make_tokens
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Live locks on the first n tokens, each of its own spender.
+LOCK = """
+INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, created_at, expires_at,
+                             wallet, currency, quantity)
+SELECT id, 'tx-' || id, 1, now(), now() + interval '1 minute', wallet, currency, quantity
+FROM tokens_token ORDER BY id LIMIT %s
+"""
+
+
+def statistics() -> tuple[int, float]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT relpages, reltuples FROM pg_class WHERE oid = 'locks_tokenlock'::regclass"
+        )
+        return cursor.fetchone()
+
+
+def cleared() -> float:
+    return REGISTRY.get_sample_value("sherdlock_housekeeping_statistics_cleared_total")
+
+
+def vacuumed_with(locked: int, kept: int) -> None:
+    """Lock ``locked`` tokens, release all but ``kept``, then vacuum and analyse."""
+    make_tokens(locked, wallet="alice", quantity=1)
+    with connection.cursor() as cursor:
+        cursor.execute(LOCK, [locked])
+        cursor.execute(
+            "DELETE FROM locks_tokenlock WHERE token_id NOT IN "
+            "(SELECT token_id FROM locks_tokenlock ORDER BY token_id LIMIT %s)",
+            [kept],
+        )
+        cursor.execute("VACUUM (ANALYZE) locks_tokenlock")
+
+
+@pytest.mark.parametrize("kept", [0, 5], ids=["empty", "a-few-rows"])
+def test_statistics_of_a_lock_table_a_quiet_spell_emptied_are_forgotten(kept, caplog):
+    caplog.set_level(logging.INFO, logger="locks.housekeeping")
+    vacuumed_with(3000, kept)
+    assert statistics()[0] < 10 and statistics()[1] == kept  # what the vacuum recorded
+    before = cleared()
+
+    run_housekeeping()
+
+    assert statistics() == (0, -1)  # unknown, as after a TRUNCATE
+    assert cleared() == before + 1
+    assert "cleared the statistics of locks_tokenlock" in caplog.text
+    run_housekeeping()  # unknown is not small: nothing more to clear
+    assert cleared() == before + 1
+
+
+def test_statistics_of_a_lock_table_in_use_are_kept():
+    vacuumed_with(3000, 3000)
+    recorded = statistics()
+    assert recorded[0] >= 10
+    before = cleared()
+
+    run_housekeeping()
+
+    assert statistics() == recorded
+    assert cleared() == before
