@@ -1,7 +1,8 @@
 """Housekeeping of the lock table: remove expired leases and the locks of spent tokens.
 
 It also removes rate-limit buckets that have been idle long enough to be full again
-(``clients.throttling.prune_idle``), and old history. The statements are in
+(``clients.throttling.prune_idle``) and old history, and forgets statistics that say the lock
+table is too small to plan on (``_forget_small_statistics``). The statements are in
 ``locks/sql/housekeeping.py``.
 
 Removing a lock row never changes who may lock a token: an expired row is already free to be
@@ -30,7 +31,12 @@ from django.db.models.functions import Now
 from clients.throttling import prune_idle
 from common import db, sessions
 from common.knobs import knobs
-from locks.metrics import HOUSEKEEPING_DELETED, HOUSEKEEPING_LAST_RUN
+from common.partitioning import partition_names
+from locks.metrics import (
+    HOUSEKEEPING_DELETED,
+    HOUSEKEEPING_LAST_RUN,
+    HOUSEKEEPING_STATISTICS_CLEARED,
+)
 from locks.models import HousekeepingRun
 from locks.sql import housekeeping as sql
 from locks.sql import waiting as waiting_sql
@@ -157,6 +163,23 @@ def _prune_history(connection, batch_size: int, max_batches: int) -> None:
                     break
 
 
+def _forget_small_statistics(connection, table: str) -> None:
+    """Clear ``table``'s statistics if they say it is too small to plan on (a quiet spell's).
+
+    See ``locks.sql.housekeeping.FORGET_SMALL_STATISTICS``; PostgreSQL 18 or later.
+    """
+    if connection.pg_version < 180000:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(sql.FORGET_SMALL_STATISTICS, {"table": table})
+        cleared = cursor.rowcount
+    if cleared:
+        HOUSEKEEPING_STATISTICS_CLEARED.inc(cleared)
+        logger.info(
+            "housekeeping cleared the statistics of %s: they said it was nearly empty", table
+        )
+
+
 def _settings(batch_size, max_batches, grace_seconds) -> tuple[int, int, float]:
     options = knobs()
     batch_size = int(options.housekeeping_batch_size if batch_size is None else batch_size)
@@ -204,6 +227,7 @@ def _housekeep_partition(
             if count < batch_size:  # nothing left that is not being worked on
                 break
             time.sleep(pause_after(started, duty_cycle))
+    _forget_small_statistics(connection, partition_names("locks_tokenlock", partitions)[number])
     counts["settled"] += _in_batches(
         connection, statements["settle"], {"grace": grace}, batch_size, max_batches
     )

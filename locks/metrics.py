@@ -23,6 +23,12 @@ HOUSEKEEPING_LAST_RUN = Gauge(
     multiprocess_mode="max",
 )
 
+HOUSEKEEPING_STATISTICS_CLEARED = Counter(
+    "sherdlock_housekeeping_statistics_cleared_total",
+    "Times housekeeping cleared the lock table's statistics (a table or a partition) because "
+    "they said it was too small to plan on, as after a quiet spell.",
+)
+
 # Export both series from the first scrape, before anything has been removed.
 for _kind in ("expired", "spent", "rate_buckets"):
     HOUSEKEEPING_DELETED.labels(kind=_kind)

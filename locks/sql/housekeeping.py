@@ -85,6 +85,27 @@ WHERE id = ANY(ARRAY(
 AND status = 'locked'
 """
 
+# Forget the lock table's size while its statistics say it is too small to plan on: fewer pages
+# than the planner itself assumes of a table it knows nothing of (10). A quiet spell ends with
+# every lock released; the vacuum (or analysis) after it finds the table empty, or nearly, and
+# records that. Each connection plans its statements again after such a change, and the next
+# burst's plans, made on an empty table, read the whole table for each token's lock and for each
+# holder's locks instead of looking them up by key: spread R = 8 ran at about half its rate
+# after a quiet spell (docs/performance.md). The plans are kept as the table fills, until its next
+# analysis, after 500 changes (migration 0009) and up to autovacuum's naptime later. Cleared
+# (PostgreSQL 18), the size is unknown again, as after a TRUNCATE: the planner takes the table
+# for at least 10 pages and looks rows up by key, which costs a small table next to nothing.
+# Clearing invalidates the plans made on the small statistics, so a burst that began before the
+# pass is planned again. An analysis of the filled table records its real size, which stays.
+# Run on the lock table, or on each of its partitions (``%(table)s``), by a role that may
+# maintain it (its owner, or a MAINTAIN grant); another role leaves the statistics as they are.
+FORGET_SMALL_STATISTICS = """
+SELECT c.relname, pg_clear_relation_stats(n.nspname::text, c.relname::text)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = %(table)s::regclass AND c.reltuples >= 0 AND c.relpages < 10
+  AND has_table_privilege(c.oid, 'MAINTAIN')
+"""
+
 # The run log and the dashboard's failed-selection log are history, not state: keep
 # HOUSEKEEPING_HISTORY_DAYS of each, removed in the same bounded batches.
 PRUNE_RUNS = """
