@@ -126,3 +126,21 @@ def test_a_quiet_spell_leaves_the_lock_table_vacuumed_empty_and_housekept():
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
+
+
+def test_a_reset_zeroes_the_change_counts_before_it_restores_the_tokens():
+    """Until then an autovacuum worker may take the emptied lock table for one to vacuum."""
+    from django.test.utils import CaptureQueriesContext
+
+    database.seed((("w", 5), ("w", 7)), "USD")
+    try:
+        with CaptureQueriesContext(connection) as queries:
+            database.reset()
+        steps = [q["sql"] for q in queries.captured_queries]
+        truncate = next(i for i, sql in enumerate(steps) if sql.startswith("TRUNCATE"))
+        restore = next(i for i, sql in enumerate(steps) if "FROM bench_snapshot" in sql)
+        zeroed = [i for i, sql in enumerate(steps) if "pg_stat_reset_single_table_counters" in sql]
+        assert [i for i in zeroed if truncate < i < restore], steps
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
