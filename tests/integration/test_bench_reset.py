@@ -16,6 +16,18 @@ from tokens.models import Token
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def lock_table_activity(columns: str) -> tuple:
+    """Read ``columns`` of the lock table's row in pg_stat_user_tables, this session's flushed."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            f"SELECT {columns} FROM pg_stat_user_tables WHERE relid = 'locks_tokenlock'::regclass"
+        )
+        return cursor.fetchone()
+
+
 def test_a_point_inherits_no_lock_and_no_queue():
     database.seed((("w", 5), ("w", 7)), "USD")
     try:
@@ -81,15 +93,7 @@ def test_a_point_starts_with_no_change_counted_towards_an_analysis():
         TokenLock.objects.all().delete()
 
         def changes() -> int:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_stat_force_next_flush()")
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_stat_clear_snapshot()")
-                cursor.execute(
-                    "SELECT n_mod_since_analyze FROM pg_stat_user_tables "
-                    "WHERE relid = 'locks_tokenlock'::regclass"
-                )
-                return cursor.fetchone()[0]
+            return lock_table_activity("n_mod_since_analyze")[0]
 
         assert changes() >= 4  # two inserts and two deletes
 
@@ -114,15 +118,8 @@ def test_a_quiet_spell_leaves_the_lock_table_vacuumed_empty_and_housekept():
         assert not TokenLock.objects.exists()
         assert Token.objects.filter(spent_at__isnull=True).count() == 300
         assert HousekeepingRun.objects.count() == runs + 1
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_stat_force_next_flush()")
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_stat_clear_snapshot()")
-            cursor.execute(
-                "SELECT last_vacuum IS NOT NULL, last_analyze IS NOT NULL "
-                "FROM pg_stat_user_tables WHERE relid = 'locks_tokenlock'::regclass"
-            )
-            assert cursor.fetchone() == (True, True)
+        vacuumed = lock_table_activity("last_vacuum IS NOT NULL, last_analyze IS NOT NULL")
+        assert vacuumed == (True, True)
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
