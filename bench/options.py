@@ -93,6 +93,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--housekeeping-replicas", type=int, default=8)
     parser.add_argument(
+        "--housekeeping-duration",
+        type=float,
+        default=8.0,
+        help="seconds per housekeeping point (default 8; the clean-up they sample takes ~50)",
+    )
+    parser.add_argument(
         "--chain-payments",
         type=int,
         default=100,
@@ -185,6 +191,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--quiet-spell must not be negative")
     if not args.replicas or min(args.replicas) < 1 or args.duration <= 0:
         parser.error("need positive replica counts and duration")
+    if args.housekeeping_duration <= 0:
+        parser.error("--housekeeping-duration must be positive")
     if (
         min(args.http_replicas, default=1) < 1
         or min(args.housekeeping_replicas, args.strategy_replicas) < 1

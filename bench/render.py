@@ -107,7 +107,7 @@ def housekeeping_table(section: dict | None) -> list[str]:
     lines = [
         "",
         f"Housekeeping ({section['workload']}, {section['planted']} expired lock rows,"
-        f" ours at R={section['replicas']}):",
+        f" ours at R={section['replicas']}, {section['no_rows']['duration_s']:g}-s points):",
     ]
     for name, label in (
         ("no_rows", "(a) no lock rows"),

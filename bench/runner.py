@@ -86,10 +86,12 @@ class Harness:
         reset: bool = True,
         on_start=None,
         pool=None,
+        duration: float | None = None,
     ) -> dict:
         """Measure one point (on freshly reset data unless ``reset`` is False).
 
-        ``pool`` runs it on replica processes of the caller's (default: the strategy's own).
+        ``pool`` runs it on replica processes of the caller's (default: the strategy's own);
+        ``duration`` is its length in seconds (default ``--duration``).
         """
         from bench import verify
         from bench.worker import Task
@@ -102,7 +104,7 @@ class Harness:
             "strategy": strategy,
             "replicas": replicas,
         }
-        duration = self.args.duration
+        duration = self.args.duration if duration is None else duration
         if strategy == strategies.FLOOR:
             return {**point, **self._floor(workload, replicas, duration)}
         lite = dataclasses.replace(workload, tokens=())

@@ -24,6 +24,7 @@ from tests.helpers.processes import database_url, run_module
 
 WORKLOADS = ("spread", "hot-wallet", "hot-tokens")
 CHAIN = 6
+HOUSEKEEPING_SECONDS = 1.5  # not --duration: the housekeeping points have their own
 TINY = [
     "--workloads",
     ",".join(WORKLOADS),
@@ -51,6 +52,8 @@ TINY = [
     "10x60:250",
     "--housekeeping-replicas",
     "2",
+    "--housekeeping-duration",
+    str(HOUSEKEEPING_SECONDS),
     "--chain-payments",
     str(CHAIN),
     "--chain-processes",
@@ -196,6 +199,7 @@ def test_the_housekeeping_points_remove_every_planted_row_without_a_fault(run):
     assert section["planted"] > 0
     for name in ("no_rows", "rows_left", "housekeeping"):
         assert_sound(section[name], name)
+        assert section[name]["duration_s"] == HOUSEKEEPING_SECONDS
     assert section["housekeeper"]["expired_left"] == 0
     assert section["housekeeper"]["expired_removed"] > 0
     assert set(section["ratios"]) >= {"housekeeping_p99", "leftover_rows_selections_per_s"}
