@@ -167,13 +167,14 @@ def migrate() -> None:
     call_command("migrate", interactive=False, verbosity=0)
 
 
-def _cursor():
+def db_cursor():
+    """Return a cursor of Django's default connection: the benchmark database."""
     from django.db import connection
 
     return connection.cursor()
 
 
-class _Quiet:
+class Quiet:
     """Publish no change notifications from this connection while seeding or resetting.
 
     Bulk loads would otherwise build one JSON payload per wallet for nobody: replicas are
@@ -181,11 +182,11 @@ class _Quiet:
     """
 
     def __enter__(self):
-        with _cursor() as cursor:
+        with db_cursor() as cursor:
             cursor.execute("SET sherdlock.notify = off")
 
     def __exit__(self, *exc: object) -> None:
-        with _cursor() as cursor:
+        with db_cursor() as cursor:
             cursor.execute("RESET sherdlock.notify")
 
 
@@ -194,7 +195,7 @@ def seed(rows: tuple[tuple[str, int], ...], currency: str) -> dict[str, int]:
 
     Return the unspent quantity per wallet.
     """
-    with _Quiet(), _cursor() as cursor:
+    with Quiet(), db_cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
         copy_sql = 'COPY tokens_token (tx_id, "index", wallet, currency, quantity) FROM STDIN'
         with cursor.cursor.copy(copy_sql) as copy:
@@ -218,7 +219,7 @@ ORDER BY indexname
 
 
 @contextlib.contextmanager
-def _bulk_load(*tables: str):
+def bulk_load(*tables: str):
     """Load rows into ``tables`` fast, in one transaction: no triggers, indexes built once.
 
     The secondary indexes are dropped and created again after the load (a sort instead of a
@@ -229,7 +230,7 @@ def _bulk_load(*tables: str):
     """
     from django.db import DatabaseError, transaction
 
-    with transaction.atomic(), _cursor() as cursor:
+    with transaction.atomic(), db_cursor() as cursor:
         try:
             with transaction.atomic():
                 cursor.execute("SET LOCAL session_replication_role = replica")
@@ -253,17 +254,17 @@ def seed_generated(
 
     Return the unspent quantity per wallet.
     """
-    with _cursor() as cursor:
+    with db_cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
         cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
     forget_changes()  # at once, as a reset does: the load takes about a minute
-    with _bulk_load("tokens_token") as cursor:
+    with bulk_load("tokens_token") as cursor:
         cursor.execute("SELECT setseed(%s)", [((seed * 7919) % 1000) / 1000])
         cursor.execute(
             SEED_GENERATED,
             {"prefix": prefix, "wallets": wallets, "per_wallet": per_wallet, "currency": currency},
         )
-    with _cursor() as cursor:
+    with db_cursor() as cursor:
         cursor.execute("VACUUM ANALYZE tokens_token")
     forget_changes()
     checkpoint()
@@ -276,7 +277,7 @@ def reset(quiet_rows: int = 0) -> None:
     With ``quiet_rows``, the lock table is then left as a quiet spell leaves it
     (``bench.quiet_spell``).
     """
-    with _Quiet(), _cursor() as cursor:
+    with Quiet(), db_cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
         forget_changes()  # at once: see forget_changes
         cursor.execute("INSERT INTO tokens_token SELECT * FROM bench_snapshot")
@@ -327,7 +328,7 @@ def forget_changes() -> None:
     from django.db import DatabaseError
 
     try:
-        with _cursor() as cursor:
+        with db_cursor() as cursor:
             for table in TABLES:
                 cursor.execute("SELECT pg_stat_reset_single_table_counters(%s::regclass)", [table])
     except DatabaseError:
@@ -342,7 +343,7 @@ def checkpoint() -> None:
     from django.db import DatabaseError
 
     try:
-        with _cursor() as cursor:
+        with db_cursor() as cursor:
             cursor.execute("CHECKPOINT")
     except DatabaseError:
         pass
@@ -350,14 +351,14 @@ def checkpoint() -> None:
 
 def leaked_locks() -> int:
     """Count lock rows that hold unspent tokens."""
-    with _cursor() as cursor:
+    with db_cursor() as cursor:
         cursor.execute(LEAKED_LOCKS, {"planted": EXPIRED_PREFIX + "%"})
         return int(cursor.fetchone()[0])
 
 
 def unspent_by_wallet() -> dict[str, int]:
     """Return the unspent quantity per wallet."""
-    with _cursor() as cursor:
+    with db_cursor() as cursor:
         cursor.execute(
             "SELECT wallet, sum(quantity) FROM tokens_token WHERE spent_at IS NULL GROUP BY wallet"
         )
@@ -370,7 +371,7 @@ def spent_tokens(by_identity: bool = False, prefix: str = "") -> dict[object, st
     With ``prefix``, only tokens spent by transactions whose tx id starts with it.
     """
     key = "tx_id || ':' || \"index\"" if by_identity else "id"
-    with _cursor() as cursor:
+    with db_cursor() as cursor:
         cursor.execute(
             f"SELECT {key}, spent_by FROM tokens_token "
             "WHERE spent_by IS NOT NULL AND spent_by LIKE %s",
@@ -381,6 +382,6 @@ def spent_tokens(by_identity: bool = False, prefix: str = "") -> dict[object, st
 
 def server_version() -> str:
     """Return the PostgreSQL server version."""
-    with _cursor() as cursor:
+    with db_cursor() as cursor:
         cursor.execute("SHOW server_version")
         return str(cursor.fetchone()[0])

@@ -6,7 +6,7 @@ What a fleet of replicas that died leaves behind, on the large workload that
 
 from __future__ import annotations
 
-from bench.database import EXPIRED_PREFIX, _bulk_load, _cursor, _Quiet, checkpoint
+from bench.database import EXPIRED_PREFIX, Quiet, bulk_load, checkpoint, db_cursor
 
 # Expired locks of crashed spenders on every other unspent token, lease ended an hour ago
 # (far past any housekeeping grace): what a fleet of replicas that died leaves behind.
@@ -39,12 +39,12 @@ ORDER BY id
 
 def plant_expired_locks(count: int, lease: float) -> int:
     """Replace every lock row by ``count`` expired ones of crashed spenders; return how many."""
-    with _cursor() as cursor:
+    with db_cursor() as cursor:
         cursor.execute("TRUNCATE locks_tokenlock")
-    with _bulk_load("locks_tokenlock") as cursor:
+    with bulk_load("locks_tokenlock") as cursor:
         cursor.execute(SEED_EXPIRED, {"count": count, "lease": lease, "prefix": EXPIRED_PREFIX})
         planted = cursor.rowcount
-    with _cursor() as cursor:
+    with db_cursor() as cursor:
         cursor.execute("VACUUM ANALYZE locks_tokenlock")
     checkpoint()
     return planted
@@ -54,11 +54,11 @@ def top_up_expired_locks(count: int, lease: float) -> int:
     """Plant expired rows on free tokens until ``count`` are there again; return how many."""
     missing = count - expired_left()
     if missing > 0:
-        with _Quiet(), _cursor() as cursor:
+        with Quiet(), db_cursor() as cursor:
             cursor.execute(
                 TOP_UP_EXPIRED, {"count": missing, "lease": lease, "prefix": EXPIRED_PREFIX}
             )
-    with _cursor() as cursor:
+    with db_cursor() as cursor:
         cursor.execute("ANALYZE locks_tokenlock")
     checkpoint()
     return expired_left()
@@ -66,7 +66,7 @@ def top_up_expired_locks(count: int, lease: float) -> int:
 
 def expired_left() -> int:
     """Count the planted expired lock rows that are still there."""
-    with _cursor() as cursor:
+    with db_cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM locks_tokenlock WHERE spender_tx_id LIKE %s",
             [EXPIRED_PREFIX + "%"],

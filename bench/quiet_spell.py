@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.database import _cursor
+from bench.database import db_cursor
 
 # Locks of a burst of selections that has ended.
 QUIET_SPELL = """
@@ -23,7 +23,7 @@ def quiet_spell(rows: int) -> None:
     """
     from locks.housekeeping import run_housekeeping
 
-    with _cursor() as cursor:
+    with db_cursor() as cursor:
         cursor.execute(QUIET_SPELL, [rows])
         cursor.execute("DELETE FROM locks_tokenlock")
         cursor.execute("VACUUM (ANALYZE) locks_tokenlock")
