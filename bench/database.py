@@ -271,12 +271,8 @@ def seed_generated(
     return unspent_by_wallet()
 
 
-def reset(quiet_rows: int = 0) -> None:
-    """Restore the seeded tokens with their ids, and empty the lock, selection and waiter tables.
-
-    With ``quiet_rows``, the lock table is then left as a quiet spell leaves it
-    (``bench.quiet_spell``).
-    """
+def reset() -> None:
+    """Restore the seeded tokens with their ids, and empty the lock, selection and waiter tables."""
     with Quiet(), db_cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
         forget_changes()  # at once: see forget_changes
@@ -299,10 +295,6 @@ def reset(quiet_rows: int = 0) -> None:
         # taken now, would plan every statement of the point for a table that then fills up.
         cursor.execute("VACUUM (ANALYZE) tokens_token")
     forget_changes()
-    if quiet_rows:
-        from bench.quiet_spell import quiet_spell
-
-        quiet_spell(quiet_rows)
     checkpoint()
 
 

@@ -1,8 +1,8 @@
-"""A quiet spell after a burst, as the harness plays it before a point (``--quiet-spell``)."""
+"""A quiet spell after a burst, played after a point's reset (``--quiet-spell``)."""
 
 from __future__ import annotations
 
-from bench.database import db_cursor
+from bench.database import checkpoint, db_cursor
 
 # Locks of a burst of selections that has ended.
 QUIET_SPELL = """
@@ -28,3 +28,4 @@ def quiet_spell(rows: int) -> None:
         cursor.execute("DELETE FROM locks_tokenlock")
         cursor.execute("VACUUM (ANALYZE) locks_tokenlock")
     run_housekeeping()
+    checkpoint()

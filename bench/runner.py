@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bench import cpu, database, strategies
 from bench.options import parse_args
+from bench.quiet_spell import quiet_spell
 from bench.workloads import Workload, hot_tokens, hot_wallet, spread
 
 
@@ -97,7 +98,9 @@ class Harness:
         from bench.worker import Task
 
         if reset:
-            database.reset(self.args.quiet_spell)
+            database.reset()
+            if self.args.quiet_spell:
+                quiet_spell(self.args.quiet_spell)
         notifying = strategies.deploy(strategy)
         point: dict[str, object] = {
             "workload": workload.name,

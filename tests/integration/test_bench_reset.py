@@ -9,6 +9,7 @@ from django.db import connection
 from django.utils import timezone
 
 from bench import database
+from bench.quiet_spell import quiet_spell
 from locks.models import TokenLock, Waiter
 from tests.factories import make_lock
 from tokens.models import Token
@@ -113,7 +114,8 @@ def test_a_quiet_spell_leaves_the_lock_table_vacuumed_empty_and_housekept():
     try:
         runs = HousekeepingRun.objects.count()
 
-        database.reset(quiet_rows=200)
+        database.reset()
+        quiet_spell(200)
 
         assert not TokenLock.objects.exists()
         assert Token.objects.filter(spent_at__isnull=True).count() == 300
