@@ -13,7 +13,19 @@ from bench import cpu
 
 pytestmark = pytest.mark.skipif(not cpu.available(), reason="cannot read processes' CPU times")
 
-BUSY = "import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end: pass\n"
+# Says "ready", reads "<monotonic start> <cpu seconds>", waits for the start, computes that
+# long, prints when it finished and sleeps.
+SPIN_AT = """
+import sys, time
+print("ready", flush=True)
+start, seconds = map(float, sys.stdin.readline().split())
+time.sleep(max(0.0, start - time.monotonic()))
+end = time.process_time() + seconds
+while time.process_time() < end:
+    pass
+print(time.monotonic(), flush=True)
+time.sleep(30)
+"""
 
 
 def spin(seconds: float) -> None:
@@ -49,21 +61,31 @@ def test_descendants_are_found_through_every_generation():
 
 
 def test_a_window_charges_each_group_what_it_used_between_its_two_readings():
-    child = subprocess.Popen([sys.executable, "-c", BUSY.format(seconds=0.6)])
-    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    # The busy child computes a fixed 0.2 s of CPU, starting well after the window's first
+    # reading, and the window ends long after the child can have finished, even on a host
+    # whose cores are taken by other work: the figure depends on nothing the scheduler does.
+    child = subprocess.Popen(
+        [sys.executable, "-c", SPIN_AT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10)"])
     try:
+        assert child.stdout.readline() == "ready\n"
         now = time.monotonic()
+        child.stdin.write(f"{now + 0.5} 0.2\n")
+        child.stdin.flush()
         window = cpu.Window(
-            {"busy": lambda: [child.pid], "idle": lambda: [idle.pid]}, now + 0.1, now + 0.4
+            {"busy": lambda: [child.pid], "idle": lambda: [idle.pid]}, now + 0.05, now + 2.5
         )
         used = window.result(selections=10)
+        finished_at = float(child.stdout.readline())
     finally:
         child.kill()
         idle.kill()
         child.wait()
         idle.wait()
-    # 0.3 s of a spinning process, per 10 selections: about 30 ms each (ticks of 10 ms).
-    assert 15 <= used["busy"] <= 35
+    assert finished_at < now + 2.5, "the child had not finished its work when the window ended"
+    # 0.2 s of CPU per 10 selections: 20 ms each, read in clock ticks of 10 ms.
+    assert 18 <= used["busy"] <= 24
     assert used["idle"] < 2
     assert cpu.Window({"busy": lambda: [child.pid]}, now, now).result(selections=0) == {}
 
