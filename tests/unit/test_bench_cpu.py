@@ -67,9 +67,14 @@ def test_a_window_charges_each_group_what_it_used_between_its_two_readings():
     child = subprocess.Popen(
         [sys.executable, "-c", SPIN_AT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
-    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10)"])
+    idle = subprocess.Popen(
+        [sys.executable, "-c", "print('ready', flush=True); import time; time.sleep(10)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        assert child.stdout.readline() == "ready\n"
+        # Both children's start-up is over before the window opens.
+        assert child.stdout.readline() == idle.stdout.readline() == "ready\n"
         now = time.monotonic()
         child.stdin.write(f"{now + 0.5} 0.2\n")
         child.stdin.flush()
