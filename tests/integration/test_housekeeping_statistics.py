@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY
 
 from locks.housekeeping import run_housekeeping
 from tests.factories import make_tokens
+from tests.helpers.vacuum import vacuum_analyse
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,7 +49,7 @@ def vacuumed_with(locked: int, kept: int) -> None:
             "(SELECT token_id FROM locks_tokenlock ORDER BY token_id LIMIT %s)",
             [kept],
         )
-        cursor.execute("VACUUM (ANALYZE) locks_tokenlock")
+        vacuum_analyse(cursor, "locks_tokenlock")
 
 
 @pytest.mark.parametrize("kept", [0, 5], ids=["empty", "a-few-rows"])

@@ -18,6 +18,7 @@ from common import db
 from locks.housekeeping import run_housekeeping
 from locks.sql import lifecycle, locking
 from tests.factories import make_tokens
+from tests.helpers.vacuum import vacuum_analyse
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -195,7 +196,7 @@ def test_a_burst_after_a_quiet_spell_is_planned_again_to_read_by_key(name):
     with connection.cursor() as cursor:
         cursor.execute(PLANT_LOCKS, ["burst", 0, 60, "alice", 3000])
         cursor.execute("DELETE FROM locks_tokenlock")
-        cursor.execute("VACUUM (ANALYZE) locks_tokenlock")
+        vacuum_analyse(cursor, "locks_tokenlock")
         cursor.execute("ANALYZE tokens_token")
     with prepared(STATEMENTS[name]) as plan:
         before = lock_reads(plan())
