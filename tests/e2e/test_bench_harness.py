@@ -31,7 +31,7 @@ TINY = [
     "--replicas",
     "2",
     "--duration",
-    "1",
+    "0.5",
     "--spread-wallets",
     "20",
     "--spread-tokens",
