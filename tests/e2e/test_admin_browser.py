@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
+from locks import dashboard as dashboard_figures
 from locks.models import FailedSelection, HousekeepingRun, LockAudit, Selection, TokenLock
 from tests.factories import lock_tokens, make_selection, make_token, make_tokens
 from tests.helpers.processes import ROOT
@@ -154,8 +155,10 @@ def seed_dashboard() -> None:
     usd = make_tokens(400, wallet="wallet-7", currency="USD", quantity=250)
     make_tokens(300, wallet="wallet-3", currency="EUR", quantity=120)
     make_tokens(150, wallet="wallet-9", currency="CHF", quantity=80)
-    lock_tokens(usd[:60], spender="tx-busy", ttl=60)
-    lock_tokens(usd[60:70], spender="tx-soon", ttl=6)
+    # "Expiring" means within EXPIRING_WITHIN, which the test widens to ten minutes: on a slow
+    # host, seconds pass between seeding and rendering.
+    lock_tokens(usd[:60], spender="tx-busy", ttl=3600)
+    lock_tokens(usd[60:70], spender="tx-soon", ttl=300)
     lock_tokens(usd[70:85], spender="tx-stale", ttl=-90)
     selections, failures = [], []
     # 59 minutes, each stamped at the start of its minute: the chart's hour-long window still
@@ -206,7 +209,8 @@ def seed_dashboard() -> None:
     )
 
 
-def test_dashboard_opens_from_the_index(page):
+def test_dashboard_opens_from_the_index(page, monkeypatch):
+    monkeypatch.setattr(dashboard_figures, "EXPIRING_WITHIN", timedelta(minutes=10))
     seed_dashboard()
     log_in(page)
     page.click("#selector-dashboard-module a")
@@ -229,8 +233,9 @@ def test_dashboard_opens_from_the_index(page):
 def test_wallet_page_from_a_list_release_and_extend_a_selection(page):
     tokens = make_tokens(40, wallet="wallet-7", currency="USD", quantity=25)
     make_tokens(10, wallet="wallet-7", currency="EUR", quantity=12)
-    make_selection(tokens[:6], "pay-stuck", ttl=45)
-    make_selection(tokens[6:10], "pay-slow", ttl=20)
+    # Both live until the end on a slow host; the extension below still adds over 200 s.
+    make_selection(tokens[:6], "pay-stuck", ttl=180)
+    make_selection(tokens[6:10], "pay-slow", ttl=90)
     lock_tokens(tokens[10:13], spender="pay-crashed", ttl=-30)
     FailedSelection.objects.bulk_create(
         FailedSelection(
