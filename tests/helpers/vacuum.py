@@ -15,7 +15,13 @@ WHERE datname = current_database() AND pid <> pg_backend_pid()
 
 
 def vacuum_analyse(cursor, table: str, timeout: float = 30.0) -> None:
-    """``VACUUM (ANALYZE) table`` once no other backend of the database is in a transaction."""
+    """``VACUUM (ANALYZE) table`` once no other backend of the database is in a transaction.
+
+    This backend's counts of changed rows reach the statistics first (at its next idle
+    moment, not up to a second later): counted after the analysis, they would send autovacuum
+    to analyse the table again.
+    """
+    cursor.execute("SELECT pg_stat_force_next_flush()")
     deadline = time.monotonic() + timeout
     while True:
         cursor.execute(OTHERS_IN_A_TRANSACTION)
