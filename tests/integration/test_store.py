@@ -172,7 +172,7 @@ class TestStatements:
         a, b, c, d = make_tokens(4, quantity=5)
         make_lock(a, "other")
         make_lock(b, "me")
-        make_lock(c, "other", ttl=-1)
+        make_lock(c, "other", ttl=-60)
         Token.objects.filter(pk=d.pk).update(spent_by="s", spent_at=timezone.now())
         supply = store.supply(KEY, "me")
         assert (supply.unspent, supply.locked_by_others) == (15, 5)

@@ -24,9 +24,24 @@ from tests.factories import make_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+SENTINEL = "sentinel"
 
-def _notifications(listener: psycopg.Connection, seconds: float = 0.3) -> list[str]:
-    return [n.payload for n in listener.notifies(timeout=seconds, stop_after=10)]
+
+def _notifications(listener: psycopg.Connection, timeout: float = 10.0) -> list[str]:
+    """What was notified since the last call: everything committed before our sentinel.
+
+    Notifications arrive in commit order, so once the sentinel sent last is back, all that
+    came before it is in. No guessing how long a notification takes on a busy host.
+    """
+    listener.execute("SELECT pg_notify(%s, %s)", [queries.CHANNEL, SENTINEL])
+    out: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for notify in listener.notifies(timeout=max(0.0, deadline - time.monotonic())):
+            if notify.payload == SENTINEL:
+                return out
+            out.append(notify.payload)
+    raise AssertionError(f"the sentinel never came back; got {out}")
 
 
 @pytest.fixture
@@ -183,20 +198,21 @@ def _two_together(monkeypatch, first_finds, second_finds):
     """Run two waiting requests of one key in this process, the second while the first tries.
 
     ``first_finds(n)`` and ``second_finds(n)`` play each one's n-th try (raise or return).
-    Return each one's result and the times of each one's tries, relative to the start.
+    Return each one's result and the times of each one's tries, relative to the moment the
+    first one's first try was let go on.
     """
     from sherdlock import WalletKey
 
     monkeypatch.setattr(waiting, "Try", _WatchedTry)
     _WatchedTry.watched = threading.Event()
-    key, started = WalletKey("w", "USD"), time.monotonic()
+    key = WalletKey("w", "USD")
     tries: dict[str, list[float]] = {"first": [], "second": []}
     results: dict[str, object] = {}
     gate, trying = threading.Event(), threading.Event()
 
     def request(name, finds, gated):
         def attempt():
-            tries[name].append(time.monotonic() - started)
+            tries[name].append(time.monotonic())
             if gated and len(tries[name]) == 1:
                 trying.set()
                 assert gate.wait(10)
@@ -215,11 +231,12 @@ def _two_together(monkeypatch, first_finds, second_finds):
     second = threading.Thread(target=request, args=("second", second_finds, False))
     second.start()
     assert _WatchedTry.watched.wait(10), "the second request waits for the first one's try"
+    opened = time.monotonic()
     gate.set()
     for thread in (first, second):
         thread.join(15)
         assert not thread.is_alive()
-    return results, tries
+    return results, {name: [at - opened for at in times] for name, times in tries.items()}
 
 
 def test_a_request_arriving_while_another_finds_the_funds_held_queues_without_a_try(

@@ -136,7 +136,7 @@ def test_a_selection_reports_its_real_state_lost_then_expired(funded):
     select(funded, "tx-state", "10")
     TokenLock.objects.filter(spender_tx_id="tx-state").delete()  # e.g. an operator's release
     assert funded.get(f"{URL}tx-state/").json()["status"] == "lost"
-    past = timezone.now() - timedelta(seconds=1)
+    past = timezone.now() - timedelta(minutes=5)  # before now(), the test transaction's start
     Selection.objects.filter(tx_id="tx-state").update(expires_at=past)
     assert funded.get(f"{URL}tx-state/").json()["status"] == "expired"
     listed = funded.get(f"{URL}?status=expired").json()["results"]
