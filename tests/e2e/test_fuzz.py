@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import ignored_auth, positive_data_acceptance
 
+from locks.request_serializers import MAX_WAIT_SECONDS
 from tests.e2e.servers import WebServer, web_server
 from tests.helpers.processes import child_env, database_url
 
@@ -191,7 +192,7 @@ def check(case, target: Target, thorough: bool = False) -> None:
         session=target.session,
         excluded_checks=excluded,
         headers={"Authorization": f"Api-Key {target.key}"},
-        timeout=30,
+        timeout=MAX_WAIT_SECONDS + 30,  # a selection may wait that long for held funds
     )
     if positive_data_acceptance in excluded:  # refused for that rule, unless no selection
         assert response.status_code in (400, 404), response.text

@@ -53,6 +53,15 @@ def descendants(pid: int) -> set[int]:
 
 
 @pytest.mark.timeout(180)
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (an unreaped zombie has)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 def test_serve_starts_everything_and_ctrl_c_stops_everything(tmp_path):
     data_dir = tmp_path / "data"
     port = free_port()
@@ -88,6 +97,7 @@ def test_serve_starts_everything_and_ctrl_c_stops_everything(tmp_path):
     assert code == 0, output[-3000:]
     assert "embedded PostgreSQL stopped" in output
     assert not embedded_db.is_running(data_dir / "postgres")
-    time.sleep(0.5)
-    alive = [pid for pid in children if Path(f"/proc/{pid}").exists()]
-    assert alive == [], f"orphans left behind: {alive}"
+    deadline = time.monotonic() + 15  # a child may still be on its way out
+    while alive := [pid for pid in children if running(pid)]:
+        assert time.monotonic() < deadline, f"orphans left behind: {alive}"
+        time.sleep(0.1)

@@ -166,7 +166,7 @@ def test_livelock_resolves_with_backoff(key, winner_action):
     config = SelectorConfig(
         max_retries=2,
         refetch_delay=(0.0005, 0.001),
-        backoff=BackoffPolicy(attempts=20, min_delay=0.001, max_delay=0.02),
+        backoff=BackoffPolicy(attempts=100, min_delay=0.001, max_delay=0.02),  # a stalled winner
     )
     outcomes: dict[str, object] = {}
     first_seen: list[str] = []
