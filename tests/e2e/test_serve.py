@@ -52,7 +52,6 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
-@pytest.mark.timeout(180)
 def running(pid: int) -> bool:
     """Whether ``pid`` is a process that has not exited (an unreaped zombie has)."""
     try:
@@ -62,6 +61,7 @@ def running(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
+@pytest.mark.timeout(180)
 def test_serve_starts_everything_and_ctrl_c_stops_everything(tmp_path):
     data_dir = tmp_path / "data"
     port = free_port()
