@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import time
 from datetime import timedelta
 
 import psycopg
@@ -19,11 +18,11 @@ from locks.models import TokenLock
 from locks.store import PostgresTokenStore
 from sherdlock import Candidate, Claim, TokenCache, WalletKey
 from tests.factories import make_lock, make_token, make_tokens
+from tests.helpers.notifies import notified_since
 from tokens.models import Token
 from tokens.services import TokenSpec, issue_tokens
 
 KEY = WalletKey("alice", "USD")
-SENTINEL = "sentinel"
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,18 +50,7 @@ def listen(db_url):
     marker = psycopg.connect(db_url, autocommit=True)
 
     def received(timeout: float = 10.0) -> list[dict]:
-        # Notifications arrive in commit order: once our own sentinel is back, everything
-        # committed before it has been delivered too. No guessing how long to wait. It is
-        # sent on a connection of its own, outside any transaction the test has open.
-        marker.execute("SELECT pg_notify(%s, %s)", [CHANNEL, SENTINEL])
-        out: list[dict] = []
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for notify in conn.notifies(timeout=max(0.0, deadline - time.monotonic())):
-                if notify.payload == SENTINEL:
-                    return out
-                out.append(json.loads(notify.payload))
-        raise AssertionError(f"the sentinel never came back; got {out}")
+        return [json.loads(p) for p in notified_since(conn, marker, CHANNEL, timeout)]
 
     received()  # nothing from set-up leaks into the test
     yield received

@@ -21,27 +21,14 @@ from locks.selections import release_selection
 from locks.services import select_tokens
 from locks.sql import waiting as queries
 from tests.factories import make_token
+from tests.helpers.notifies import notified_since
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SENTINEL = "sentinel"
 
-
-def _notifications(listener: psycopg.Connection, timeout: float = 10.0) -> list[str]:
-    """What was notified since the last call: everything committed before our sentinel.
-
-    Notifications arrive in commit order, so once the sentinel sent last is back, all that
-    came before it is in. No guessing how long a notification takes on a busy host.
-    """
-    listener.execute("SELECT pg_notify(%s, %s)", [queries.CHANNEL, SENTINEL])
-    out: list[str] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for notify in listener.notifies(timeout=max(0.0, deadline - time.monotonic())):
-            if notify.payload == SENTINEL:
-                return out
-            out.append(notify.payload)
-    raise AssertionError(f"the sentinel never came back; got {out}")
+def _notifications(listener: psycopg.Connection) -> list[str]:
+    """What was notified since the last call (the listener sends its own sentinel)."""
+    return notified_since(listener, listener, queries.CHANNEL)
 
 
 @pytest.fixture
