@@ -118,8 +118,10 @@ def test_the_tx_id_gate_looks_the_claim_up_by_key_under_a_generic_plan(fetch):
         if n.get("Relation Name") in ("tokens_token", "tokens_txclaim")
         and "tx_id" in n.get("Index Cond", "") + n.get("Filter", "")
     ]
-    assert [(n["Relation Name"], n["Node Type"]) for n in by_tx_id] == [
-        ("tokens_txclaim", "Index Only Scan")
+    # Index only or not depends on how much of the claim table the visibility map covers
+    # (autovacuum's doing); either reads the one claim by key.
+    assert [(n["Relation Name"], n["Node Type"].replace(" Only", "")) for n in by_tx_id] == [
+        ("tokens_txclaim", "Index Scan")
     ]
 
 
