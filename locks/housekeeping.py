@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, Error, connections
+from django.db import DEFAULT_DB_ALIAS, Error, OperationalError, connections, transaction
 from django.db.models.functions import Now
 
 from clients.throttling import prune_idle
@@ -166,18 +166,50 @@ def _prune_history(connection, batch_size: int, max_batches: int) -> None:
 def _forget_small_statistics(connection, table: str) -> None:
     """Clear ``table``'s statistics if they say it is too small to plan on (a quiet spell's).
 
-    See ``locks.sql.housekeeping.FORGET_SMALL_STATISTICS``; PostgreSQL 18 or later.
+    See ``locks.sql.housekeeping.FORGET_SMALL_STATISTICS``; before PostgreSQL 18, an empty
+    table is truncated instead (``_truncate_if_empty``).
     """
-    if connection.pg_version < 180000:
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(sql.FORGET_SMALL_STATISTICS, {"table": table})
-        cleared = cursor.rowcount
+    if clears_statistics(connection):
+        with connection.cursor() as cursor:
+            cursor.execute(sql.FORGET_SMALL_STATISTICS, {"table": table})
+            cleared = cursor.rowcount
+    else:
+        cleared = _truncate_if_empty(connection, table)
     if cleared:
         HOUSEKEEPING_STATISTICS_CLEARED.inc(cleared)
         logger.info(
             "housekeeping cleared the statistics of %s: they said it was nearly empty", table
         )
+
+
+def clears_statistics(connection) -> bool:
+    """Whether the server has ``pg_clear_relation_stats`` (PostgreSQL 18 or later)."""
+    return connection.pg_version >= 180000
+
+
+def _truncate_if_empty(connection, table: str) -> int:
+    """Truncate ``table`` if its statistics are small and it is empty; return 1 if it was.
+
+    ``locks.sql.housekeeping.SMALL_AND_EMPTY``: the lock is taken without waiting, and a
+    table in use is left alone.
+    """
+    quoted = connection.ops.quote_name(table)
+    with connection.cursor() as cursor:
+        cursor.execute(sql.SMALL_AND_EMPTY.format(table=quoted), {"table": table})
+        if cursor.fetchone() is None:
+            return 0
+    try:
+        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+            cursor.execute(sql.LOCK_WITHOUT_WAITING.format(table=quoted))
+            cursor.execute(sql.STILL_EMPTY.format(table=quoted))
+            if not cursor.fetchone()[0]:
+                return 0
+            cursor.execute(sql.TRUNCATE.format(table=quoted))
+    except OperationalError as exc:
+        if isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
+            return 0
+        raise
+    return 1
 
 
 def _settings(batch_size, max_batches, grace_seconds) -> tuple[int, int, float]:

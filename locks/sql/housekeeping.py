@@ -106,6 +106,23 @@ WHERE c.oid = %(table)s::regclass AND c.reltuples >= 0 AND c.relpages < 10
   AND has_table_privilege(c.oid, 'MAINTAIN')
 """
 
+# Before PostgreSQL 18 only a superuser may clear statistics; a TRUNCATE leaves them unknown
+# the same way, and is used when the table is empty. Whether to try: the statistics are small
+# and no committed row is left. Then, in one transaction, the table is locked without waiting
+# (a quiet spell holds nothing on it; in use, the attempt fails at once and nobody queues
+# behind it), found empty again under that lock (no row can be written meanwhile) and
+# truncated. A table with a few rows left keeps its statistics on these servers.
+# (``{table}``: the quoted name of the lock table or of one of its partitions.)
+SMALL_AND_EMPTY = """
+SELECT c.relname FROM pg_class c
+WHERE c.oid = %(table)s::regclass AND c.reltuples >= 0 AND c.relpages < 10
+  AND has_table_privilege(c.oid, 'TRUNCATE')
+  AND NOT EXISTS (SELECT FROM {table})
+"""
+LOCK_WITHOUT_WAITING = "LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE NOWAIT"
+STILL_EMPTY = "SELECT NOT EXISTS (SELECT FROM {table})"
+TRUNCATE = "TRUNCATE {table}"
+
 # The run log and the dashboard's failed-selection log are history, not state: keep
 # HOUSEKEEPING_HISTORY_DAYS of each, removed in the same bounded batches.
 PRUNE_RUNS = """
