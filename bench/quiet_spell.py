@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bench.database import checkpoint, db_cursor
+from bench.vacuum import vacuum_analyse
 
 # Locks of a burst of selections that has ended.
 QUIET_SPELL = """
@@ -26,6 +27,6 @@ def quiet_spell(rows: int) -> None:
     with db_cursor() as cursor:
         cursor.execute(QUIET_SPELL, [rows])
         cursor.execute("DELETE FROM locks_tokenlock")
-        cursor.execute("VACUUM (ANALYZE) locks_tokenlock")
+        vacuum_analyse(cursor, "locks_tokenlock")
     run_housekeeping()
     checkpoint()

@@ -13,10 +13,10 @@ import pytest
 from django.db import connection
 from prometheus_client import REGISTRY
 
+from bench.vacuum import vacuum_analyse
 from locks import housekeeping
 from locks.housekeeping import run_housekeeping
 from tests.factories import make_tokens
-from tests.helpers.vacuum import vacuum_analyse
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,11 +14,11 @@ import json
 import pytest
 from django.db import connection
 
+from bench.vacuum import vacuum_analyse
 from common import db
 from locks.housekeeping import run_housekeeping
 from locks.sql import lifecycle, locking
 from tests.factories import make_tokens
-from tests.helpers.vacuum import vacuum_analyse
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,12 +1,16 @@
-"""A vacuum that removes what the test released, whatever else runs on the database."""
+"""A vacuum that removes what was just released, whatever else runs on the database.
+
+The quiet spell (``bench.quiet_spell``) and the tests of what a vacuumed lock table is planned
+on need the vacuum to record the rows they released as gone.
+"""
 
 from __future__ import annotations
 
 import time
 
-# Other backends of this database in a transaction. One that began before the test released
+# Other backends of this database in a transaction. One that began before the caller released
 # its rows keeps them, and the pages that hold them, from a vacuum: autovacuum analysing a
-# table the test has just filled is one.
+# table the caller has just filled is one.
 OTHERS_IN_A_TRANSACTION = """
 SELECT count(*) FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid()
