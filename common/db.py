@@ -12,6 +12,7 @@ driver errors still arrive as ``django.db`` errors, marking the connection for i
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import select
@@ -172,7 +173,7 @@ def execute(
     if connection.queries_logged or connection.execute_wrappers:
         # Django wraps the driver's own cursor here; django-stubs types it as a wrapper.
         wrapper = (
-            connection.make_debug_cursor(raw_cursor)  # type: ignore[arg-type]
+            connection.make_debug_cursor(_Logged(raw_cursor, text))  # type: ignore[arg-type]
             if connection.queries_logged
             else connection.make_cursor(raw_cursor)  # type: ignore[arg-type]
         )
@@ -182,6 +183,26 @@ def execute(
     with connection.wrap_database_errors:
         raw_cursor.execute(text, values)
     return raw_cursor
+
+
+class _Logged:
+    """A cursor as Django's query log reads it: the statement's text, prepared or not.
+
+    Django logs what psycopg says it sent (``cursor._query``), and psycopg says nothing of a
+    statement it ran prepared, so the log would read ``None`` for every hot statement.
+    """
+
+    def __init__(self, cursor: psycopg.RawCursor, text: str) -> None:
+        self._cursor = cursor
+        self._query = _Sent(text.encode())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Sent:
+    query: bytes
 
 
 def one(cursor: psycopg.Cursor[Any]) -> tuple[Any, ...]:

@@ -44,10 +44,11 @@ class Knobs:
     # synchronously): a database crash may then forget the last moments of grants, which their
     # holders see as lease_lost. See common.sql.ASYNC_COMMIT.
     durable_leases: bool = False
-    # Hot statements are prepared on the server after this many runs on a connection; None
-    # never (config.settings forces it behind a transaction-pooling proxy, which cannot keep
-    # prepared statements).
-    prepare_threshold: int | None = 2
+    # Hot statements are prepared on the server after this many runs on a connection (0: at
+    # their first); None never (config.settings forces it behind a transaction-pooling proxy,
+    # which cannot keep prepared statements). Each run before it is planned afresh: the hot
+    # statements are a fixed set, each run many times, so they are prepared at once.
+    prepare_threshold: int | None = 0
     # Seconds a cached candidate list is used.
     cache_ttl: float = 1.0
     # Real-time caches: one LISTEN connection per replica process applies token and lock

@@ -66,6 +66,12 @@ def test_a_prepared_statement_is_never_planned_per_call():
         assert cursor.fetchone()[0] == "force_generic_plan"
 
 
+def test_a_hot_statement_is_prepared_at_its_first_run():
+    # The default threshold: runs before the statement is prepared are each planned afresh.
+    db.execute(PROBE, {"wallet": "w", "currency": "USD"})
+    assert plans_of_probe() == (1, 0)
+
+
 def run_child(subprocess_env: dict[str, str], **env: str) -> tuple[str, str, int, int]:
     """Run CHILD with ``env`` on top; return (mode, mode it started with, generic, custom)."""
     result = subprocess.run(

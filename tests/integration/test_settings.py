@@ -128,7 +128,7 @@ def test_the_direct_url_goes_with_transaction_pooling_only():
 
 
 def test_statements_are_never_prepared_behind_a_transaction_pool():
-    assert prepare_threshold(None, "session") == 2
+    assert prepare_threshold(None, "session") == 0
     assert prepare_threshold("5", "session") == 5
     assert prepare_threshold("off", "session") is None
     assert prepare_threshold(None, "transaction") is None
