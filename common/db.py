@@ -12,11 +12,11 @@ driver errors still arrive as ``django.db`` errors, marking the connection for i
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 import select
 import threading
+import types
 from typing import Any
 
 import orjson
@@ -194,15 +194,10 @@ class _Logged:
 
     def __init__(self, cursor: psycopg.RawCursor, text: str) -> None:
         self._cursor = cursor
-        self._query = _Sent(text.encode())
+        self._query = types.SimpleNamespace(query=text.encode())
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._cursor, name)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Sent:
-    query: bytes
 
 
 def one(cursor: psycopg.Cursor[Any]) -> tuple[Any, ...]:

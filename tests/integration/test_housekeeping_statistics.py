@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY
 from bench.vacuum import vacuum_analyse
 from locks import housekeeping
 from locks.housekeeping import run_housekeeping
+from locks.models import TokenLock
 from tests.factories import make_tokens
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -64,12 +65,6 @@ def mechanism(request, monkeypatch):
     return request.param
 
 
-def locks_left() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM locks_tokenlock")
-        return cursor.fetchone()[0]
-
-
 @pytest.mark.parametrize("kept", [0, 5], ids=["empty", "a-few-rows"])
 def test_statistics_of_a_lock_table_a_quiet_spell_emptied_are_forgotten(kept, mechanism, caplog):
     caplog.set_level(logging.INFO, logger="locks.housekeeping")
@@ -80,7 +75,7 @@ def test_statistics_of_a_lock_table_a_quiet_spell_emptied_are_forgotten(kept, me
 
     run_housekeeping()
 
-    assert locks_left() == kept
+    assert TokenLock.objects.count() == kept
     if mechanism == "truncate" and kept:  # a TRUNCATE would remove live locks: left as it is
         assert statistics() == recorded and cleared() == before
         return
@@ -101,7 +96,7 @@ def test_statistics_of_a_lock_table_in_use_are_kept(mechanism):
 
     assert statistics() == recorded
     assert cleared() == before
-    assert locks_left() == 3000
+    assert TokenLock.objects.count() == 3000
 
 
 def test_a_lock_being_written_is_never_truncated(db_url, monkeypatch):
@@ -116,4 +111,4 @@ def test_a_lock_being_written_is_never_truncated(db_url, monkeypatch):
         run_housekeeping()
         assert statistics() == (0, 0) and cleared() == before
         writer.commit()
-    assert locks_left() == 1
+    assert TokenLock.objects.count() == 1
