@@ -41,7 +41,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--replicas", type=_ints, default=[1, 8, 20], help="replica counts, comma-separated"
     )
-    parser.add_argument("--duration", type=float, default=3.0, help="seconds per point")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=8.0,
+        help="seconds per point (default 8, the length the selection targets were set at)",
+    )
     parser.add_argument(
         "--quiet-spell",
         type=int,

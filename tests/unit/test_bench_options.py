@@ -13,6 +13,12 @@ def test_the_housekeeping_points_last_eight_seconds_whatever_the_selection_point
     assert parse_args(["--housekeeping-duration", "1.5"]).housekeeping_duration == 1.5
 
 
+def test_a_selection_point_lasts_eight_seconds_by_default():
+    # The length the selection targets were set at: 3-s points measured the baselines that walk
+    # a wallet in id order on tables fresher than a running service's (docs/performance.md).
+    assert parse_args([]).duration == 8.0
+
+
 @pytest.mark.parametrize("seconds", ["0", "-1"])
 def test_a_housekeeping_point_of_no_time_is_refused(seconds, capsys):
     with pytest.raises(SystemExit) as exited:
