@@ -1,4 +1,4 @@
-"""The harness's command line: what the housekeeping points last, and what it refuses."""
+"""The harness's command line: what the points last, and what it refuses."""
 
 from __future__ import annotations
 
