@@ -145,14 +145,15 @@ class ChainTask:
                 return failed(repr(exc)[:300])
             selected = time.monotonic()
             try:
-                ok, error = spend(picked, payment(picked.total, 1, self.wallet, self.payee)), ""
+                outputs = payment(picked.total, 1, self.wallet, self.payee)
+                created, error = spend(picked, outputs), ""
             except Exception as exc:
-                ok, error = False, repr(exc)[:300]
-            if not ok:
+                created, error = None, repr(exc)[:300]
+            if created is None:
                 with contextlib.suppress(Exception):  # the audit counts a lock left behind
                     strategy.release(picked)
                 return failed(error or "spend failed: lock lost")
-            strategy.spent(picked)
+            strategy.spent(picked, created)
             return Payment(
                 number,
                 tx_id,

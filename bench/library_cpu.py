@@ -58,9 +58,10 @@ def run(workload_name: str, cycles: int, profile: bool, top: int) -> tuple[float
         key, quantity = worker._request(workload, rng)
         picked = replica.select(f"cpu-{number}", key, quantity)
         if number % 2:
-            if not spend(picked, payment(picked.total, quantity, key.wallet)):
+            created = spend(picked, payment(picked.total, quantity, key.wallet))
+            if created is None:
                 raise RuntimeError(f"the spend of cpu-{number} failed")
-            replica.spent(picked)
+            replica.spent(picked, created)
         else:
             replica.release(picked)
 

@@ -15,11 +15,14 @@ import os
 import random
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from bench.workloads import Workload
+
+T = TypeVar("T")
 
 START_DELAY = 0.1  # seconds between "all ready" and the start: time for the go message
 
@@ -101,9 +104,9 @@ def drive(task: Task, strategy, start_at: float, end_at: float) -> list[Record]:
                 time.sleep(rng.uniform(0, 2 * workload.hold))
             if rng.random() < workload.spend_ratio:
                 outputs = payment(picked.total, quantity, key.wallet)
-                ok, error = _twice(partial(spend, picked, outputs), error)
-                if ok:
-                    strategy.spent(picked)
+                created, error = _twice(partial(spend, picked, outputs), error)
+                if created:
+                    strategy.spent(picked, created)
                     action, ended = "spent", math.inf
                 else:
                     action, ended = "spend_failed", time.monotonic()
@@ -157,18 +160,18 @@ def _release(strategy, picked) -> bool:
     return True
 
 
-def _twice(step, error: str) -> tuple[bool, str]:
-    """Run ``step`` (True on success), once more if it raised; keep the first error seen.
+def _twice(step: Callable[[], T], error: str) -> tuple[T | None, str]:
+    """Run ``step`` (a falsy result: failed), once more if it raised; keep the first error seen.
 
     A transient database error (a deadlock) in a spend or release must not end the run: it
     is recorded, retried, and shows up in the point's errors and leaked-lock count.
     """
     for _ in range(2):
         try:
-            return bool(step()), error
+            return step(), error
         except Exception as exc:
             error = error or repr(exc)[:300]
-    return False, error
+    return None, error
 
 
 def serve(conn) -> None:  # pragma: no cover - runs in the replica process

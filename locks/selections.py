@@ -136,7 +136,16 @@ def spend_selection(
             "or its tokens were taken over; select again"
         )
     _expect_ok(verdict)
-    get_selector().forget(selection.token_ids)
+    selector = get_selector()
+    selector.forget(selection.token_ids)
+    # The outputs are free tokens this replica knows of already: the change of a busy wallet
+    # keeps its queue from running dry.
+    issued: dict[WalletKey, list[Candidate]] = {}
+    for token in created:
+        key = WalletKey(token.wallet, token.currency)
+        issued.setdefault(key, []).append(Candidate(token.id, int(token.quantity)))
+    for key, candidates in issued.items():
+        selector.issued(key, candidates)
     _held(selection, spent_at)
     logger.debug("spent %s: %d token(s) in, %d output(s)", tx_id, len(tokens), len(created))
     return Outcome(_spent_selection(selection, spent_at, created), tokens, created)

@@ -14,7 +14,7 @@ import importlib.util
 import os
 import random
 
-from bench.strategies.base import Picked, Strategy, payment, spend
+from bench.strategies.base import Picked, Spent, Strategy, payment, spend
 
 OURS = "ours"
 LISTENER = "ours+listener"
@@ -47,6 +47,7 @@ __all__ = [
     "BASELINES",
     "CANDIDATES",
     "Picked",
+    "Spent",
     "Strategy",
     "build",
     "deploy",

@@ -44,9 +44,13 @@ outputs AS (
     FROM unnest(%(wallets)s::text[], %(quantities)s::numeric[])
          WITH ORDINALITY AS o(wallet, quantity, n)
     WHERE (SELECT count(*) FROM spent) = %(count)s
-    RETURNING id, wallet
+    RETURNING id, wallet, quantity
 ),{wake}
-SELECT (SELECT count(*) FROM spent), (SELECT count(*) FROM outputs), (SELECT count(*) FROM woken)
+SELECT (SELECT count(*) FROM spent), o.ids, o.wallets, o.quantities, (SELECT count(*) FROM woken)
+FROM (
+    SELECT array_agg(id) AS ids, array_agg(wallet) AS wallets, array_agg(quantity) AS quantities
+    FROM outputs
+) o
 """.format(
     wake=waiting_sql.wake(keys="SELECT wallet, %(currency)s::text FROM outputs", when="true")
 )
@@ -88,8 +92,8 @@ class Strategy(Protocol):
         """Unlock what ``picked`` holds."""
         ...
 
-    def spent(self, picked: Picked) -> None:
-        """Learn that ``picked`` was spent."""
+    def spent(self, picked: Picked, created: Spent | None = None) -> None:
+        """Learn that ``picked`` was spent, into the tokens ``created`` (if known)."""
         ...
 
 
@@ -109,8 +113,15 @@ def payment(
     return outputs
 
 
-def spend(picked: Picked, outputs: Sequence[tuple[str, int]]) -> bool:
-    """Spend ``picked`` into ``outputs`` (wallet, quantity); False if a lock was lost."""
+@dataclass(frozen=True)
+class Spent:
+    """A committed spend: the tokens it created, by wallet and currency."""
+
+    outputs: dict[WalletKey, list[Candidate]]
+
+
+def spend(picked: Picked, outputs: Sequence[tuple[str, int]]) -> Spent | None:
+    """Spend ``picked`` into ``outputs`` (wallet, quantity); None if a lock was lost."""
     with connection.cursor() as cursor:
         cursor.execute(
             SPEND,
@@ -124,5 +135,11 @@ def spend(picked: Picked, outputs: Sequence[tuple[str, int]]) -> bool:
                 "quantities": [quantity for _, quantity in outputs],
             },
         )
-        spent, _, _ = cursor.fetchone()
-    return spent == len(picked.tokens)
+        spent, ids, wallets, quantities, _ = cursor.fetchone()
+    if spent != len(picked.tokens):
+        return None
+    created: dict[WalletKey, list[Candidate]] = {}
+    for token_id, wallet, quantity in zip(ids, wallets, quantities, strict=True):
+        key = WalletKey(wallet, picked.key.currency)
+        created.setdefault(key, []).append(Candidate(token_id, int(quantity)))
+    return Spent(created)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from django.db import connection
 
-from bench.strategies.base import Picked
+from bench.strategies.base import Picked, Spent
 from common.knobs import knobs
 from sherdlock import FundsLocked, InsufficientFunds, WalletKey
 
@@ -140,5 +140,5 @@ class Baseline:
         """Unlock what ``picked`` holds."""
         self.unlock(picked.tx_id, picked.fence)
 
-    def spent(self, picked: Picked) -> None:
+    def spent(self, picked: Picked, created: Spent | None = None) -> None:
         """Do nothing: this baseline keeps no record of spent tokens."""

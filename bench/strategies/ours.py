@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bench.strategies.base import Picked
+from bench.strategies.base import Picked, Spent
 from locks import replica
 from locks.store import PostgresTokenStore
 from sherdlock import Candidate, Claim, FetchResult, LockOutcome, Strategy, WalletKey
@@ -104,8 +104,11 @@ class Ours:
     def release(self, picked: Picked) -> None:
         self.selector.release(picked.handle)
 
-    def spent(self, picked: Picked) -> None:
+    def spent(self, picked: Picked, created: Spent | None = None) -> None:
+        """Forget the spent tokens and queue the created ones, as the service's spend does."""
         self.selector.forget(picked.token_ids, picked.key)
+        for key, tokens in (created.outputs if created is not None else {}).items():
+            self.selector.issued(key, tokens)
 
     def close(self) -> None:
         """Drop this replica's selector, stopping its listener if it runs one."""

@@ -14,7 +14,7 @@ import random
 
 from django.db import connection
 
-from bench.strategies.base import Picked
+from bench.strategies.base import Picked, Spent
 from bench.strategies.baseline import NEXT_FENCE, Baseline, Short
 from sherdlock import Candidate, WalletKey
 
@@ -97,5 +97,5 @@ class SeedFaithful(Baseline):
             raise
         return Picked(tx_id, key, fence, tuple(locked))
 
-    def spent(self, picked: Picked) -> None:
+    def spent(self, picked: Picked, created: Spent | None = None) -> None:
         """Do nothing: the seed learns of spent tokens from conflicts and refetches."""

@@ -14,6 +14,7 @@ from sherdlock import (
     InMemoryStore,
     InsufficientFunds,
     InvalidRequest,
+    WalletKey,
 )
 from sherdlock.cache import CALM_AFTER
 from tests.unit.selector_helpers import (
@@ -175,6 +176,36 @@ def test_forget_drops_spent_tokens_from_cache_and_holds(store, clock, sleeper, k
 
     assert spare not in selector.cache.peek(key)
     assert not any(selector.cache.is_held(t) for t in selection.token_ids)
+
+
+def test_a_spends_change_is_queued_and_selected_without_a_fetch(store, clock, sleeper, key):
+    issue(store, key, [5] * 6)
+    selector = make_selector(store, clock, sleeper)
+    selection = selector.select("tx", key.wallet, key.currency, 8)
+    store.spend(selection.token_ids, "tx")
+    selector.forget(selection.token_ids, key)
+    change = store.add_token(9, key.wallet, key.currency, 2)
+
+    selector.issued(key, [change])
+
+    assert selector.cache.peek(key)[-1] == change
+    again = selector.select("tx-2", key.wallet, key.currency, 22)  # all four left and the change
+    assert 9 in again.token_ids
+    assert again.stats.fetches == 0
+
+
+def test_issued_tokens_make_no_queue_and_fill_one_only_up_to_a_batch(store, clock, sleeper, key):
+    other = WalletKey("bob", key.currency)
+    issue(store, key, [1] * 3)
+    selector = make_selector(store, clock, sleeper, fetch_limit=4, calm_fetch_limit=4)
+    selector.select("tx", key.wallet, key.currency, 1)
+    queued = len(selector.cache.peek(key))
+
+    selector.issued(other, [store.add_token(10, other.wallet, other.currency, 1)])
+    selector.issued(key, [store.add_token(20 + i, key.wallet, key.currency, 1) for i in range(9)])
+
+    assert selector.cache.peek(other) == []
+    assert len(selector.cache.peek(key)) == 4 > queued
 
 
 class ExpiryStore(SpyStore):

@@ -60,6 +60,16 @@ def test_release_spend_and_extend_are_one_statement_each(warm):
         assert len(statements) == 1, statements
 
 
+def test_a_spends_change_serves_the_next_selection_without_a_fetch(warm):
+    select(warm, "tx-1", "25")  # a cold fetch of 16 rows: 3 locked, 13 queued here
+    spend(warm, "tx-1", [output(0, "bob", "25"), output(1, "alice", "5")])
+    # 135 is the 13 queued tokens and the change: a try-lock of the queue and nothing else.
+    statements, response = queries_of(lambda: select(warm, "tx-2", "135"))
+    assert len(statements) == 1, statements
+    assert "pivot" not in statements[0]
+    assert {t["tx_id"] for t in response.json()["tokens"]} == {"mint", "tx-1"}
+
+
 def test_repeats_answer_within_the_same_budget(warm):
     select(warm, "tx-1", "10")
     total = Selection.objects.get(tx_id="tx-1").total
