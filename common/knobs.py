@@ -84,9 +84,9 @@ class Knobs:
     # full batch it sleeps (1 / duty - 1) times as long as the batch took, so clearing a large
     # backlog leaves the CPU, WAL and I/O it would take to the selections (1 never sleeps).
     # Expired locks never stand in a selection's way (a lock whose lease ran out is taken
-    # over), so a backlog can wait: a tenth keeps selections at their pace while it goes
-    # (README, "Housekeeping and leases").
-    housekeeping_duty_cycle: float = 0.1
+    # over), so a backlog can wait: a twentieth keeps selections at their pace and their p99
+    # while it goes (README, "Housekeeping and leases").
+    housekeeping_duty_cycle: float = 0.05
     # Hash partitions by wallet of the token, lock and selection tables: 1 leaves them
     # unpartitioned (their keys carry the wallet all the same). Read by the migration that
     # creates them, so fixed at migrate time (README, "Partitioning by wallet").
