@@ -140,12 +140,9 @@ def spend_selection(
     selector.forget(selection.token_ids)
     # The outputs are free tokens this replica knows of already: the change of a busy wallet
     # keeps its queue from running dry.
-    issued: dict[WalletKey, list[Candidate]] = {}
-    for token in created:
-        key = WalletKey(token.wallet, token.currency)
-        issued.setdefault(key, []).append(Candidate(token.id, int(token.quantity)))
-    for key, candidates in issued.items():
-        selector.issued(key, candidates)
+    selector.issued(
+        (WalletKey(t.wallet, t.currency), Candidate(t.id, int(t.quantity))) for t in created
+    )
     _held(selection, spent_at)
     logger.debug("spent %s: %d token(s) in, %d output(s)", tx_id, len(tokens), len(created))
     return Outcome(_spent_selection(selection, spent_at, created), tokens, created)

@@ -175,17 +175,21 @@ class Selector:
         self._cache.unhold(c.token_id for c in tokens)
         self._cache.add(key, tokens)
 
-    def issued(self, key: WalletKey, tokens: Iterable[Candidate]) -> None:
-        """Queue tokens this replica has just created for `key`, such as a spend's change.
+    def issued(self, tokens: Iterable[tuple[WalletKey, Candidate]]) -> None:
+        """Queue tokens this replica has just created, such as a spend's change, by key.
 
         Spent tokens leave a busy wallet's queue for good, so without its own outputs the
         queue runs dry and costs a refetch every few hundred selections. Only a fresh queue
         that exists takes them, and only up to a batch: a replica that does not serve the
         wallet now keeps no queue for it. The lock statement checks them like any candidate.
         """
+        by_key: dict[WalletKey, list[Candidate]] = {}
+        for key, candidate in tokens:
+            by_key.setdefault(key, []).append(candidate)
         config = self._config
         limit = max(config.fetch_limit, config.calm_fetch_limit)
-        self._cache.add(key, tokens, create=False, limit=limit)
+        for key, candidates in by_key.items():
+            self._cache.add(key, candidates, create=False, limit=limit)
 
     def forget(self, token_ids: Iterable[int], key: WalletKey | None = None) -> None:
         """Drop spent tokens from the local holds and from the cache."""

@@ -115,9 +115,9 @@ def payment(
 
 @dataclass(frozen=True)
 class Spent:
-    """A committed spend: the tokens it created, by wallet and currency."""
+    """A committed spend: the tokens it created, each with its wallet and currency."""
 
-    outputs: dict[WalletKey, list[Candidate]]
+    outputs: list[tuple[WalletKey, Candidate]]
 
 
 def spend(picked: Picked, outputs: Sequence[tuple[str, int]]) -> Spent | None:
@@ -138,8 +138,9 @@ def spend(picked: Picked, outputs: Sequence[tuple[str, int]]) -> Spent | None:
         spent, ids, wallets, quantities, _ = cursor.fetchone()
     if spent != len(picked.tokens):
         return None
-    created: dict[WalletKey, list[Candidate]] = {}
-    for token_id, wallet, quantity in zip(ids, wallets, quantities, strict=True):
-        key = WalletKey(wallet, picked.key.currency)
-        created.setdefault(key, []).append(Candidate(token_id, int(quantity)))
-    return Spent(created)
+    return Spent(
+        [
+            (WalletKey(wallet, picked.key.currency), Candidate(token_id, int(quantity)))
+            for token_id, wallet, quantity in zip(ids, wallets, quantities, strict=True)
+        ]
+    )

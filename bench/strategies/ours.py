@@ -107,8 +107,8 @@ class Ours:
     def spent(self, picked: Picked, created: Spent | None = None) -> None:
         """Forget the spent tokens and queue the created ones, as the service's spend does."""
         self.selector.forget(picked.token_ids, picked.key)
-        for key, tokens in (created.outputs if created is not None else {}).items():
-            self.selector.issued(key, tokens)
+        if created is not None:
+            self.selector.issued(created.outputs)
 
     def close(self) -> None:
         """Drop this replica's selector, stopping its listener if it runs one."""

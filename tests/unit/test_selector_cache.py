@@ -186,7 +186,7 @@ def test_a_spends_change_is_queued_and_selected_without_a_fetch(store, clock, sl
     selector.forget(selection.token_ids, key)
     change = store.add_token(9, key.wallet, key.currency, 2)
 
-    selector.issued(key, [change])
+    selector.issued([(key, change)])
 
     assert selector.cache.peek(key)[-1] == change
     again = selector.select("tx-2", key.wallet, key.currency, 22)  # all four left and the change
@@ -201,8 +201,9 @@ def test_issued_tokens_make_no_queue_and_fill_one_only_up_to_a_batch(store, cloc
     selector.select("tx", key.wallet, key.currency, 1)
     queued = len(selector.cache.peek(key))
 
-    selector.issued(other, [store.add_token(10, other.wallet, other.currency, 1)])
-    selector.issued(key, [store.add_token(20 + i, key.wallet, key.currency, 1) for i in range(9)])
+    news = [(other, store.add_token(10, other.wallet, other.currency, 1))]
+    news += [(key, store.add_token(20 + i, key.wallet, key.currency, 1)) for i in range(9)]
+    selector.issued(news)
 
     assert selector.cache.peek(other) == []
     assert len(selector.cache.peek(key)) == 4 > queued
