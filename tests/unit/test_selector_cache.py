@@ -13,8 +13,6 @@ from sherdlock import (
     FundsLocked,
     InMemoryStore,
     InsufficientFunds,
-    InvalidRequest,
-    WalletKey,
 )
 from sherdlock.cache import CALM_AFTER
 from tests.unit.selector_helpers import (
@@ -133,80 +131,6 @@ def test_selection_spanning_many_fetches_is_not_cut_short(store, clock, sleeper,
 
     assert selection.total == 40 and selection.stats.fetches == 1 + 20
     assert sleeper.calls == []
-
-
-def test_release_returns_tokens_to_cache_and_drops_holds(store, clock, sleeper, key):
-    issue(store, key, [2, 2, 2])
-    selector = make_selector(store, clock, sleeper)
-    selection = selector.select("tx", key.wallet, key.currency, 6)
-    assert all(selector.cache.is_held(t) for t in selection.token_ids)
-
-    assert selector.release(selection) == 3
-
-    assert locks_of(store, "tx") == set()
-    assert not any(selector.cache.is_held(t) for t in selection.token_ids)
-    assert {c.token_id for c in selector.cache.peek(key)} == set(selection.token_ids)
-    again = selector.select("tx-2", key.wallet, key.currency, 6)
-    assert again.stats.fetches == 0
-
-
-def test_release_by_tx_id_needs_fence(store, clock, sleeper, key):
-    issue(store, key, [2, 2])
-    selector = make_selector(store, clock, sleeper)
-    selection = selector.select("tx", key.wallet, key.currency, 4)
-
-    with pytest.raises(InvalidRequest):
-        selector.release("tx")
-    with pytest.raises(InvalidRequest):
-        selector.release(selection, fence=selection.fence + 1)
-    assert selector.release("tx", selection.fence + 1) == 0
-    assert selector.release("tx", selection.fence, [selection.token_ids[0]]) == 1
-    assert selector.release("tx", selection.fence) == 1
-    assert not any(selector.cache.is_held(t) for t in selection.token_ids)
-
-
-def test_forget_drops_spent_tokens_from_cache_and_holds(store, clock, sleeper, key):
-    issue(store, key, [1] * 6)
-    selector = make_selector(store, clock, sleeper)
-    selection = selector.select("tx", key.wallet, key.currency, 2)
-    spare = selector.cache.peek(key)[0]
-    store.spend([*selection.token_ids, spare.token_id], "tx")
-
-    selector.forget([*selection.token_ids, spare.token_id])
-
-    assert spare not in selector.cache.peek(key)
-    assert not any(selector.cache.is_held(t) for t in selection.token_ids)
-
-
-def test_a_spends_change_is_queued_and_selected_without_a_fetch(store, clock, sleeper, key):
-    issue(store, key, [5] * 6)
-    selector = make_selector(store, clock, sleeper)
-    selection = selector.select("tx", key.wallet, key.currency, 8)
-    store.spend(selection.token_ids, "tx")
-    selector.forget(selection.token_ids, key)
-    change = store.add_token(9, key.wallet, key.currency, 2)
-
-    selector.issued([(key, change)])
-
-    assert selector.cache.peek(key)[-1] == change
-    again = selector.select("tx-2", key.wallet, key.currency, 22)  # all four left and the change
-    assert 9 in again.token_ids
-    assert again.stats.fetches == 0
-
-
-def test_issued_tokens_make_no_queue_and_fill_one_only_up_to_a_batch(store, clock, sleeper, key):
-    other = WalletKey("bob", key.currency)
-    issue(store, key, [1] * 3)
-    selector = make_selector(store, clock, sleeper, fetch_limit=4, calm_fetch_limit=4)
-    selector.select("tx", key.wallet, key.currency, 1)
-    queued = len(selector.cache.peek(key))
-
-    news = [(other, store.add_token(10, other.wallet, other.currency, 1))]
-    news += [(key, store.add_token(20 + i, key.wallet, key.currency, 1)) for i in range(9)]
-    selector.issued(news)
-
-    assert selector.cache.peek(other) == []
-    assert len(selector.cache.peek(key)) == 4 > queued
 
 
 class ExpiryStore(SpyStore):
