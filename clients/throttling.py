@@ -180,6 +180,11 @@ def consume(buckets: dict[str, Rate], rng: random.Random | None = None) -> tuple
 _pending: ContextVar[Meter | None] = ContextVar("sherdlock_pending_meter", default=None)
 
 
+def pending() -> Meter | None:
+    """Return the meter the next locking statement is to take its units with, if any."""
+    return _pending.get()
+
+
 def take_pending() -> Meter | None:
     """Return the meter the next locking statement is to take its units with, once."""
     meter = _pending.get()
