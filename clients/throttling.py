@@ -11,7 +11,8 @@ statement on the database clock (``clients.sql.CONSUME``), so concurrent request
 replica (and replicas with skewed clocks) never overspend a bucket. A request refused by one
 limit still counts against the other (it was attempted). A selection takes its units in the
 statement that locks its tokens (``charging``: no round trip of its own), and locks nothing when
-a bucket refuses. A busy bucket is split into shards,
+a bucket refuses; a multi-currency selection, whose legs share a transaction that a failing leg
+rolls back, takes them first in a statement of their own. A busy bucket is split into shards,
 each holding an equal share of the rate, and a request draws one shard at random: a hot
 wallet's selections then update several rows instead of queueing on one.
 """
@@ -177,6 +178,11 @@ def consume(buckets: dict[str, Rate], rng: random.Random | None = None) -> tuple
 
 # The meter of the request being served in this context, until a statement takes it.
 _pending: ContextVar[Meter | None] = ContextVar("sherdlock_pending_meter", default=None)
+
+
+def pending() -> Meter | None:
+    """Return the meter the next locking statement is to take its units with, if any."""
+    return _pending.get()
 
 
 def take_pending() -> Meter | None:

@@ -19,7 +19,7 @@ from decimal import Decimal
 from django.db import transaction
 from psycopg.types.json import Jsonb
 
-from clients.throttling import RateLimited
+from clients.throttling import RateLimited, charge_now
 from common import db
 from locks import metrics
 from locks.errors import SelectionNotFound, TxIdConflict
@@ -83,6 +83,10 @@ def _select_once(
 ) -> tuple[Selection, bool, SelectionStats | None]:
     wanted = ordered_legs(legs)
     selector = get_selector()
+    # A failing leg rolls the legs' transaction back, and with it the rate-limit units a locking
+    # statement in it would take (clients.throttling.charging): take them first, in a statement
+    # of their own, so that every request is charged whatever its outcome.
+    charge_now()
     try:
         with transaction.atomic():
             picked = select_legs(selector, tx_id, wallet, wanted, patient=False, strategy=strategy)

@@ -94,7 +94,7 @@ def select_tokens(
     try:
         if wait > 0:
             try:
-                result = waiting.wait_for(key, wait, once)
+                result = waiting.wait_for(key, wait, once, client=namespace)
             except waiting.QueueFull:
                 # No room to wait here: answer as an impatient request would.
                 result = once()

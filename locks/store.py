@@ -228,8 +228,10 @@ class PostgresTokenStore:
         if named:
             params["strategy"] = claim.strategy
         # The first locking statement of a rate-limited request takes its units
-        # (clients.throttling.charging) and locks nothing if a bucket refuses.
-        meter = throttling.take_pending()
+        # (clients.throttling.charging) and locks nothing if a bucket refuses. The meter stays
+        # pending until the statement has run: one that fails (cancelled, say) takes nothing, as
+        # its transaction rolls back, and the request is then charged on its way out.
+        meter = throttling.pending()
         if meter is not None:
             params.update(meter.params())
         variant = locking.LockStatement(
@@ -245,6 +247,7 @@ class PostgresTokenStore:
         row = db.one(self._execute(locking.LOCK_STATEMENTS[variant], params))
         if meter is None:
             return row
+        throttling.take_pending()
         *columns, admitted, refusals = row
         if not admitted:
             raise throttling.RateLimited(throttling.refusal_wait(refusals or ()))

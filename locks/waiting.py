@@ -38,7 +38,7 @@ from common import db
 from common.knobs import knobs
 from locks.listener import django_connect
 from locks.sql import waiting as queries
-from locks.wait_slots import wait_slots, worker_threads
+from locks.wait_slots import Slots, wait_slots, worker_threads
 from sherdlock import WalletKey
 
 log = logging.getLogger(__name__)
@@ -102,8 +102,8 @@ class Queues:
     def __init__(self, slots: int = 16) -> None:
         # Waiting requests park threads; the slots leave the rest of a worker's threads to
         # the requests that move a queue on (spends, releases), which must never wait behind
-        # the requests waiting for them.
-        self.slots = threading.BoundedSemaphore(slots)
+        # the requests waiting for them. One client's requests hold a capped share of them.
+        self.slots = Slots(slots)
         self._lock = threading.Lock()
         self._heads: dict[WalletKey, int] = {}
         self._local: dict[int, Ticket] = {}
@@ -325,13 +325,15 @@ def reset(timeout: float = 5.0) -> None:
         queues_.stop(timeout)
 
 
-def wait_for(key: WalletKey, seconds: float, attempt, clock=time.monotonic):
+def wait_for(key: WalletKey, seconds: float, attempt, clock=time.monotonic, client: str = ""):
     """Call ``attempt()`` until it succeeds, waiting in the queue of ``key`` between tries.
 
     ``attempt`` raises ``sherdlock.FundsLocked`` while others hold the funds. A newcomer tries
     at once only if nobody waits for ``key`` yet; then only as the queue's head. Newcomers of
     one process that arrive together make one try between them (``Queues.first_try``). Return
     what the successful attempt returned; after ``seconds`` re-raise the last FundsLocked.
+    Waiting takes one of the process's slots, within the share of ``client`` (a namespace);
+    QueueFull if it finds none.
     """
     from sherdlock import FundsLocked
 
@@ -355,20 +357,22 @@ def wait_for(key: WalletKey, seconds: float, attempt, clock=time.monotonic):
                         return attempt()
                     except FundsLocked:
                         pass
-        return _queued(q, key, seconds, deadline, attempt, clock, first)
+        return _queued(q, key, seconds, deadline, attempt, clock, first, client)
     finally:
         if first is not None:
             q.tried(key, first)
 
 
-def _queued(q: Queues, key: WalletKey, seconds: float, deadline: float, attempt, clock, first):
+def _queued(
+    q: Queues, key: WalletKey, seconds: float, deadline: float, attempt, clock, first, client: str
+):
     """Wait in the queue of ``key`` and try as its head (``wait_for`` after its first look).
 
     ``first``, the try made for the others here, is told once this request has its place.
     """
     from sherdlock import FundsLocked
 
-    if not q.slots.acquire(blocking=False):
+    if not q.slots.take(client):
         raise QueueFull()
     try:
         ticket = q.join(key, seconds)
@@ -394,7 +398,7 @@ def _queued(q: Queues, key: WalletKey, seconds: float, deadline: float, attempt,
         finally:
             q.leave(ticket, served)
     finally:
-        q.slots.release()
+        q.slots.give_back(client)
     if last is None:
         return attempt()  # never got to the head: one last look before answering
     raise last

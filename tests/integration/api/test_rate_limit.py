@@ -198,3 +198,70 @@ def test_a_request_that_may_wait_is_refused_without_joining_a_queue(api, limited
     )
     assert response.status_code == 429 and clock.retry_after(response, 20)
     assert not Waiter.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "eur, usd",
+    # The first leg (EUR) locks and the second finds too little, so the legs' transaction rolls
+    # back; or the first leg already fails.
+    [("1", "9"), ("9", "1")],
+)
+def test_failing_multi_currency_requests_count_like_one_currency(api, limited, eur, usd):
+    issue(api, token("m", 0, quantity="1"), token("m", 1, currency="EUR", quantity="1"))
+    legs = [{"currency": "EUR", "quantity": eur}, {"currency": "USD", "quantity": usd}]
+    clock = Clock()
+    for i in range(3):
+        body = {"tx_id": f"legs-{i}", "wallet": "alice", "legs": legs}
+        response = api.post("/api/v1/selections/", body)
+        assert response.status_code == 409 and response.json()["code"] == "insufficient_funds"
+    before = counts()
+    body = {"tx_id": "legs-3", "wallet": "alice", "legs": legs}
+    response = api.post("/api/v1/selections/", body)
+    assert response.status_code == 429 and clock.retry_after(response, 20)
+    assert counts() == before
+    select(api, "one", "1", expect=429)  # the key's bucket is empty for one currency too
+
+
+def test_repeated_multi_currency_requests_count_like_one_currency(api, limited):
+    issue(api, token("m", 0, quantity="1"), token("m", 1, currency="EUR", quantity="1"))
+    legs = [{"currency": "EUR", "quantity": "1"}, {"currency": "USD", "quantity": "1"}]
+    body = {"tx_id": "legs", "wallet": "alice", "legs": legs}
+    assert api.post("/api/v1/selections/", body).status_code == 201
+    assert api.post("/api/v1/selections/", body).status_code == 200  # a repeat
+    other = {**body, "legs": [{**legs[0], "quantity": "2"}, legs[1]]}
+    assert api.post("/api/v1/selections/", other).json()["code"] == "tx_id_conflict"
+    assert api.post("/api/v1/selections/", body).status_code == 429
+
+
+# Cancels the statement that records a selection of tx id "cancelled-…" (as a statement timeout
+# or an operator's pg_cancel_backend would), after it took the request's units.
+CANCEL_RECORDING = """
+CREATE FUNCTION test_cancel_recording() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.tx_id LIKE 'cancelled-%' THEN
+        RAISE EXCEPTION 'canceling statement' USING ERRCODE = 'query_canceled';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER test_cancel_recording BEFORE INSERT ON locks_selection
+    FOR EACH ROW EXECUTE FUNCTION test_cancel_recording();
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_selection_whose_locking_statement_fails_is_charged_all_the_same(api, limited):
+    issue(api, token("m", 0, quantity="1"))
+    with connection.cursor() as cursor:
+        cursor.execute(CANCEL_RECORDING)
+    try:
+        api.raise_request_exception = False
+        for i in range(3):
+            response = select(api, f"cancelled-{i}", "1", expect=None)
+            assert response.status_code not in (200, 201, 429)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER test_cancel_recording ON locks_selection")
+            cursor.execute("DROP FUNCTION test_cancel_recording()")
+    before = counts()
+    select(api, "tx", "1", expect=429)
+    assert counts() == before
