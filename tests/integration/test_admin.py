@@ -262,6 +262,27 @@ def test_selection_release_action_reports_each_result(admin_client, replica):
     assert not TokenLock.objects.filter(spender_tx_id="sel-a").exists()
 
 
+def test_selection_release_action_is_audited_and_acts_on_the_chosen_selection(
+    admin_client, admin_user, replica
+):
+    # Two clients chose the same tx id in one wallet: only the chosen one is released.
+    chosen = make_selection(make_tokens(2), "same", namespace="key-one")
+    other = make_selection(make_tokens(3), "same", namespace="key-two")
+    spent = make_selection(make_tokens(1), "done", status=Selection.Status.SPENT, lock=False)
+    admin_client.post(
+        SELECTIONS, {"action": "release", "_selected_action": [chosen.pk, spent.pk]}, follow=True
+    )
+    chosen.refresh_from_db()
+    other.refresh_from_db()
+    assert (chosen.status, other.status) == (Selection.Status.RELEASED, Selection.Status.LOCKED)
+    assert TokenLock.objects.filter(fence=other.fence).count() == 3
+    audit = LockAudit.objects.get()  # the refused release changed nothing and is not recorded
+    assert (audit.action, audit.user, audit.count) == ("release_selection", admin_user, 2)
+    assert audit.spender_tx_ids == ["same"]
+    assert sorted(audit.token_ids) == sorted(chosen.token_ids)
+    assert "key-one" in audit.reason and "list of selections" in audit.reason
+
+
 def test_dashboard_shows_supply_locks_contention_outcomes_and_housekeeping(admin_client):
     usd = make_tokens(4, wallet="alice", currency="USD", quantity=10)
     make_tokens(2, wallet="bob", currency="EUR", quantity=7)

@@ -190,6 +190,39 @@ def test_release_and_extend_record_who_did_it(admin_user, replica, settings):
     assert "300 s" in audits["extend_selection"].reason
 
 
+def test_actions_address_a_selection_not_a_tx_id_shared_by_two_clients(admin_user, replica):
+    client = csrf_client(admin_user)
+    older = make_selection(make_tokens(2, wallet="dave"), "pay", ttl=30, namespace="key-one")
+    newer = make_selection(make_tokens(3, wallet="dave"), "pay", ttl=30, namespace="key-two")
+    page = client.get(wallet_url("dave")).content.decode()
+    assert f'name="selection" value="{older.pk}"' in page
+    assert f'name="selection" value="{newer.pk}"' in page
+
+    before = older.expires_at
+    post_action(client, "dave", action="extend", selection=newer.pk, seconds="300")
+    older.refresh_from_db()
+    newer.refresh_from_db()
+    assert older.expires_at == before and newer.expires_at > before + timedelta(seconds=200)
+
+    for selection in (newer, older):
+        response = post_action(client, "dave", action="release", selection=selection.pk)
+        assert messages_of(response) == [
+            f"pay: released, {len(selection.token_ids)} lock(s) removed"
+        ]
+        selection.refresh_from_db()
+        assert selection.status == Selection.Status.RELEASED
+    assert not TokenLock.objects.filter(wallet="dave").exists()
+    audits = LockAudit.objects.order_by("pk")
+    assert [(a.action, sorted(a.token_ids)) for a in audits] == [
+        ("extend_selection", sorted(newer.token_ids)),
+        ("release_selection", sorted(newer.token_ids)),
+        ("release_selection", sorted(older.token_ids)),
+    ]
+    assert ["key-two", "key-two", "key-one"] == [
+        "key-two" if "key-two" in a.reason else "key-one" for a in audits
+    ]
+
+
 def test_actions_refuse_what_they_cannot_do_and_write_nothing(admin_user, replica):
     client = csrf_client(admin_user)
     erins = make_selection(make_tokens(1, wallet="erin"), "erin-pay")
