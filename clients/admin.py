@@ -17,7 +17,17 @@ if admin.site.is_registered(APIKey):
 class ApiKeyForm(forms.ModelForm):
     class Meta:
         model = ApiKey
-        fields = "__all__"
+        fields = [
+            "name",
+            "expiry_date",
+            "revoked",
+            "all_wallets",
+            "wallets",
+            "namespace",
+            "can_issue",
+            "can_select",
+            "can_read",
+        ]
 
     def clean_namespace(self) -> str:
         namespace = self.cleaned_data.get("namespace", "")
@@ -57,9 +67,8 @@ class ApiKeyAdmin(APIKeyModelAdmin):
         shared = not change and bool(obj.namespace)
         super().save_model(request, obj, form, change)
         if shared:
-            others = ApiKey.objects.filter(namespace=obj.namespace).exclude(pk=obj.pk)
-            names = ", ".join(f"{other.prefix} ({other.name})" for other in others) or "no other key"
-            messages.info(request, f"The key shares namespace {obj.namespace!r} with {names}.")
+            peers = obj.namespace_peers()
+            messages.info(request, f"The key shares namespace {obj.namespace!r} with {peers}.")
 
     @admin.display(description="wallets")
     def wallet_scope(self, key: ApiKey) -> str:

@@ -218,8 +218,10 @@ def test_actions_address_a_selection_not_a_tx_id_shared_by_two_clients(admin_use
         ("release_selection", sorted(newer.token_ids)),
         ("release_selection", sorted(older.token_ids)),
     ]
-    assert ["key-two", "key-two", "key-one"] == [
-        "key-two" if "key-two" in a.reason else "key-one" for a in audits
+    assert ["key-two" if "key-two" in a.reason else "key-one" for a in audits] == [
+        "key-two",
+        "key-two",
+        "key-one",
     ]
 
 

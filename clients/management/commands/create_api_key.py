@@ -75,12 +75,6 @@ class Command(DatabaseCommand):
         )
         self.stderr.write(f"Created API key {key.prefix} ({name}); it is shown only once:")
         if namespace:
-            self.stderr.write(f"It shares namespace {namespace!r} with {sharing(key)}.")
+            # A mistyped namespace would share nothing: say with whom it is shared.
+            self.stderr.write(f"It shares namespace {namespace!r} with {key.namespace_peers()}.")
         self.stdout.write(raw)
-
-
-def sharing(key: ApiKey) -> str:
-    """Name the other keys of ``key``'s namespace (a typo would share with none)."""
-    others = ApiKey.objects.filter(namespace=key.namespace).exclude(pk=key.pk)
-    names = [f"{other.prefix} ({other.name})" for other in others.order_by("created")]
-    return ", ".join(names) if names else "no other key"

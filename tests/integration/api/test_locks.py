@@ -17,8 +17,9 @@ def locks(api):
     """Locks of three selections of the ``api`` client, in wallets alice and bob."""
     namespace = ApiKey.objects.get().namespace
     return [
-        make_selection([make_token(wallet, currency, quantity, **token)], spender, ttl=ttl,
-                       namespace=namespace)
+        make_selection(
+            [make_token(wallet, currency, quantity, **token)], spender, ttl=ttl, namespace=namespace
+        )
         for wallet, currency, quantity, token, spender, ttl in [
             ("alice", "USD", 10, {"tx_id": "t-live", "index": 2}, "spender-a", 60),
             ("alice", "EUR", 20, {"tx_id": "t-old"}, "spender-b", -5),
