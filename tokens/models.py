@@ -25,6 +25,24 @@ class TokenQuerySet(models.QuerySet):
     def of(self, wallet: str, currency: str) -> TokenQuerySet:
         return self.filter(wallet=wallet, currency=currency)
 
+    def with_spender_seen_by(self, namespace: str | None) -> TokenQuerySet:
+        """Annotate ``seen_spent_by``: ``spent_by`` if it is a transaction of ``namespace``.
+
+        Clients sharing a wallet share its tokens, not their transactions: the spending
+        selection's claim of its tx id (in its namespace, naming the token's wallet) tells
+        whose the spend was. None (operators) sees every spender.
+        """
+        if namespace is None:
+            return self.annotate(seen_spent_by=models.F("spent_by"))
+        own = TxClaim.objects.filter(
+            namespace=namespace, tx_id=models.OuterRef("spent_by"), wallet=models.OuterRef("wallet")
+        )
+        return self.annotate(
+            seen_spent_by=models.Case(
+                models.When(models.Exists(own), then=models.F("spent_by")), default=None
+            )
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class TokenRow:
@@ -69,6 +87,9 @@ class Token(models.Model):
     # NULL (not "") while unspent, so the spent check constraint and indexes stay exact.
     spent_by = models.CharField(max_length=ID_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
     spent_at = models.DateTimeField(null=True, blank=True)
+
+    # Not a column: ``spent_by`` as one client may see it (TokenQuerySet.with_spender_seen_by).
+    seen_spent_by: str | None
 
     objects = TokenQuerySet.as_manager()
 
