@@ -26,20 +26,27 @@ class TokenQuerySet(models.QuerySet):
         return self.filter(wallet=wallet, currency=currency)
 
     def with_spender_seen_by(self, namespace: str | None) -> TokenQuerySet:
-        """Annotate ``seen_spent_by``: ``spent_by`` if it is a transaction of ``namespace``.
+        """Annotate ``seen_spent_by``: ``spent_by`` if it is a spend of ``namespace``'s.
 
-        Clients sharing a wallet share its tokens, not their transactions: the spending
-        selection's claim of its tx id (in its namespace, naming the token's wallet) tells
-        whose the spend was. None (operators) sees every spender.
+        Clients sharing a wallet share its tokens, not their transactions. A spend of
+        ``namespace`` in the token's wallet left two traces: its selection's claim of the tx id
+        (naming that wallet) and its outputs (at least one: they sum to the selection's
+        total), tokens of that tx id in ``namespace``, which an issue cannot create under a
+        selection's id. None (operators) sees every spender.
         """
         if namespace is None:
             return self.annotate(seen_spent_by=models.F("spent_by"))
-        own = TxClaim.objects.filter(
-            namespace=namespace, tx_id=models.OuterRef("spent_by"), wallet=models.OuterRef("wallet")
+        spender = models.OuterRef("spent_by")
+        claim = TxClaim.objects.filter(
+            namespace=namespace, tx_id=spender, wallet=models.OuterRef("wallet")
         )
+        outputs = Token.objects.filter(namespace=namespace, tx_id=spender)
         return self.annotate(
             seen_spent_by=models.Case(
-                models.When(models.Exists(own), then=models.F("spent_by")), default=None
+                models.When(
+                    models.Exists(claim) & models.Exists(outputs), then=models.F("spent_by")
+                ),
+                default=None,
             )
         )
 
