@@ -69,7 +69,7 @@ class TokenListCreate(generics.ListAPIView):
         check_wallets(request, {spec.wallet for spec in specs})
         namespace = request_namespace(request) or ""
         tokens, created = issue_tokens(specs, namespace=namespace)
-        spenders: dict[int, str | None] = {}
+        spenders = {}
         if spent := [t.pk for t in tokens if t.spent_by is not None]:  # re-sent, spent since
             seen = Token.objects.with_spender_seen_by(namespace).filter(pk__in=spent)
             spenders = dict(seen.values_list("pk", "seen_spent_by"))

@@ -74,7 +74,7 @@ class Command(DatabaseCommand):
             namespace=namespace,
         )
         self.stderr.write(f"Created API key {key.prefix} ({name}); it is shown only once:")
-        if namespace:
+        if namespace and isinstance(key, ApiKey):  # the manager's type names the base class
             # A mistyped namespace would share nothing: say with whom it is shared.
             self.stderr.write(f"It shares namespace {namespace!r} with {key.namespace_peers()}.")
         self.stdout.write(raw)
