@@ -44,6 +44,12 @@ class ApiKey(AbstractAPIKey):
     def may_use(self, wallet: str) -> bool:
         return self.all_wallets or wallet in self.wallets
 
+    def namespace_peers(self) -> str:
+        """Name the other keys of this key's namespace, oldest first ("no other key")."""
+        others = ApiKey.objects.filter(namespace=self.namespace).exclude(pk=self.pk)
+        names = [f"{other.prefix} ({other.name})" for other in others.order_by("created")]
+        return ", ".join(names) or "no other key"
+
 
 class RateBucket(models.Model):
     """Rolling rate-limit state shared by every replica: capacity used as of ``updated_at``.

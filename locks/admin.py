@@ -21,7 +21,7 @@ from common.pagination import EstimatedCountPaginator
 from locks import admin_tokens  # noqa: F401  (registers the token admin)
 from locks.admin_views import force_release_view
 from locks.models import FailedSelection, HousekeepingRun, LockAudit, Selection, TokenLock
-from locks.selections import release_selection
+from locks.operator import release_audited
 from sherdlock import SherdlockError
 from tokens.admin import CurrencyFilter, small_int, token_identity_q, wallet_link, wallet_q
 from tokens.models import Token
@@ -243,6 +243,7 @@ def lease_state(selection: Selection) -> str:
 class SelectionAdmin(ReadOnlyAdmin):
     list_display = [
         "tx_id",
+        "namespace",
         "wallet_display",
         "currency",
         "quantity",
@@ -316,9 +317,12 @@ class SelectionAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Release selected selections", permissions=["release"])
     def release(self, request, queryset):
-        for tx_id, namespace in queryset.values_list("tx_id", "namespace"):
+        for selection in queryset.only("tx_id", "namespace", "wallet"):
+            tx_id = selection.tx_id
             try:
-                removed = release_selection(tx_id, namespace=namespace).locks_removed
+                removed = release_audited(
+                    request.user, selection, "released from the list of selections"
+                )
             except (SherdlockError, DatabaseError) as exc:
                 self.message_user(request, f"{tx_id}: not released: {exc}", messages.ERROR)
             else:

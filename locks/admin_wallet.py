@@ -14,15 +14,15 @@ import logging
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from common.knobs import knobs
 from common.rules import ID_MAX_LENGTH
-from locks.models import LockAudit, Selection
-from locks.selections import extend_selection, release_selection
+from locks.models import Selection
+from locks.operator import extend_audited, release_audited
 from locks.wallet import LIST_SIZE, wallet_overview
 from sherdlock import SherdlockError
 
@@ -35,7 +35,7 @@ PAST = {"release": "released", "extend": "extended"}
 
 class SelectionActionForm(forms.Form):
     action = forms.ChoiceField(choices=[("release", "release"), ("extend", "extend")])
-    tx_id = forms.CharField(max_length=ID_MAX_LENGTH)
+    selection = forms.IntegerField(min_value=1, max_value=2**63 - 1)
     seconds = forms.FloatField(required=False, min_value=1)
 
 
@@ -78,48 +78,23 @@ def act(request, wallet: str) -> None:
     if not form.is_valid():
         messages.error(request, f"Nothing done: {form.errors.as_text()}")
         return
-    action, tx_id = form.cleaned_data["action"], form.cleaned_data["tx_id"]
-    selection = Selection.objects.filter(tx_id=tx_id, wallet=wallet).first()
+    action, pk = form.cleaned_data["action"], form.cleaned_data["selection"]
+    # By its identity: clients sharing the wallet may each have a selection of the same tx id.
+    selection = Selection.objects.filter(pk=pk, wallet=wallet).first()
     if selection is None:
-        messages.error(request, f"{tx_id}: no selection of wallet {wallet}")
+        messages.error(request, f"selection {pk}: no selection of wallet {wallet}")
         return
+    tx_id, where = selection.tx_id, f"from the wallet page of {wallet}"
     try:
-        # The audit row commits with the release or renewal it describes, or not at all.
-        with transaction.atomic():
-            if action == "release":
-                removed = release_selection(tx_id, namespace=selection.namespace).locks_removed
-                audit(
-                    request,
-                    "release_selection",
-                    selection,
-                    removed,
-                    f"released from the wallet page of {wallet}",
-                )
-                text = f"{tx_id}: released, {removed} lock(s) removed"
-            else:
-                seconds = form.cleaned_data["seconds"] or knobs().lease_seconds
-                renewed = extend_selection(tx_id, seconds, namespace=selection.namespace).selection
-                audit(
-                    request,
-                    "extend_selection",
-                    selection,
-                    len(renewed.token_ids),
-                    f"extended by {seconds:g} s from the wallet page of {wallet}",
-                )
-                text = f"{tx_id}: lease extended until {renewed.expires_at:%Y-%m-%d %H:%M:%S} UTC"
+        if action == "release":
+            removed = release_audited(request.user, selection, where)
+            text = f"{tx_id}: released, {removed} lock(s) removed"
+        else:
+            seconds = form.cleaned_data["seconds"] or knobs().lease_seconds
+            renewed = extend_audited(request.user, selection, seconds, where).selection
+            text = f"{tx_id}: lease extended until {renewed.expires_at:%Y-%m-%d %H:%M:%S} UTC"
     except (SherdlockError, DatabaseError) as exc:
         messages.error(request, f"{tx_id}: not {PAST[action]}: {exc}")
         return
     logger.warning("%s: %s (wallet %s)", request.user, text, wallet)
     messages.success(request, text)
-
-
-def audit(request, action: str, selection: Selection, count: int, reason: str) -> None:
-    LockAudit.objects.create(
-        user=request.user,
-        action=action,
-        reason=reason,
-        count=count,
-        spender_tx_ids=[selection.tx_id],
-        token_ids=list(selection.token_ids),
-    )

@@ -6,7 +6,7 @@ import functools
 from typing import TypedDict
 from urllib.parse import quote
 
-from django.db.models import Case, Value, When
+from django.db.models import Case, Exists, OuterRef, QuerySet, Value, When
 from django.db.models.functions import Now
 from django.urls import get_script_prefix, reverse
 from django.utils.http import RFC3986_SUBDELIMS
@@ -111,6 +111,31 @@ def visible_selection(request, tx_id: str) -> Selection:
     return get_selection(tx_id, **lookup(request, tx_id))
 
 
+def own_selections(request, selections: QuerySet) -> QuerySet:
+    """Restrict ``selections`` to the caller's namespace (staff sessions: every namespace).
+
+    Listings show what ``lookup`` finds and nothing more: clients sharing a wallet see the
+    wallet's tokens and balances, never each other's transactions.
+    """
+    namespace = request_namespace(request)
+    return selections if namespace is None else selections.filter(namespace=namespace)
+
+
+def own_locks(request, locks: QuerySet) -> QuerySet:
+    """Restrict ``locks`` to those of the caller's selections (staff sessions: every lock).
+
+    A lock row names its holder by tx id and fence, not by namespace; the fence is unique per
+    wallet, so the selection's (fence, wallet) key finds its owner.
+    """
+    namespace = request_namespace(request)
+    if namespace is None:
+        return locks
+    owner = Selection.objects.filter(
+        namespace=namespace, fence=OuterRef("fence"), wallet=OuterRef("wallet")
+    )
+    return locks.filter(Exists(owner))
+
+
 class SelectionListCreate(generics.ListAPIView):
     """List selections (GET) or select and lock tokens for a transaction (POST)."""
 
@@ -121,7 +146,8 @@ class SelectionListCreate(generics.ListAPIView):
     pagination_class = IdCursorPagination
 
     def get_queryset(self):
-        return scope_queryset(self.request, Selection.objects.with_state())
+        selections = own_selections(self.request, Selection.objects.with_state())
+        return scope_queryset(self.request, selections)
 
     def get_serializer_context(self):
         context = super().get_serializer_context()
@@ -136,7 +162,10 @@ class SelectionListCreate(generics.ListAPIView):
     @extend_schema(
         summary="List selections",
         tags=["selections"],
-        description="Without a wallet filter, only the wallets of the API key are listed.",
+        description=(
+            "The API key's own selections (those of its namespace); without a wallet filter, "
+            "in the wallets of the key."
+        ),
         responses={200: SelectionSerializer(many=True), **error_responses(400, 401, 403, 404)},
     )
     def get(self, request, *args, **kwargs):
@@ -375,12 +404,15 @@ class LockList(generics.ListAPIView):
         locks = TokenLock.objects.select_related("token").annotate(
             state=Case(When(expires_at__gt=Now(), then=Value("live")), default=Value("expired"))
         )
-        return scope_queryset(self.request, locks, field="token__wallet")
+        return scope_queryset(self.request, own_locks(self.request, locks), field="token__wallet")
 
     @extend_schema(
         summary="List locks",
         tags=["locks"],
-        description="Without a wallet filter, only the wallets of the API key are listed.",
+        description=(
+            "The locks of the API key's own selections (those of its namespace); without a "
+            "wallet filter, in the wallets of the key."
+        ),
         responses={200: LockSerializer(many=True), **error_responses(400, 401, 403, 404)},
     )
     def get(self, request, *args, **kwargs):

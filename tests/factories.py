@@ -84,12 +84,13 @@ def lock_tokens(tokens, spender="spender", ttl=60.0, fence=1):
     )
 
 
-def make_selection(tokens, tx_id, status="locked", ttl=60.0, lock=True):
+def make_selection(tokens, tx_id, status="locked", ttl=60.0, lock=True, namespace=""):
     """Create a selection of ``tokens`` (and their locks unless ``lock`` is false)."""
     from locks.models import Selection
 
     total = sum(t.quantity for t in tokens)
     selection = Selection.objects.create(
+        namespace=namespace,
         tx_id=tx_id,
         wallet=tokens[0].wallet,
         currency=tokens[0].currency,

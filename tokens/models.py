@@ -25,6 +25,31 @@ class TokenQuerySet(models.QuerySet):
     def of(self, wallet: str, currency: str) -> TokenQuerySet:
         return self.filter(wallet=wallet, currency=currency)
 
+    def with_spender_seen_by(self, namespace: str | None) -> TokenQuerySet:
+        """Annotate ``seen_spent_by``: ``spent_by`` if it is a spend of ``namespace``'s.
+
+        Clients sharing a wallet share its tokens, not their transactions. A spend of
+        ``namespace`` in the token's wallet left two traces: its selection's claim of the tx id
+        (naming that wallet) and its outputs (at least one: they sum to the selection's
+        total), tokens of that tx id in ``namespace``, which an issue cannot create under a
+        selection's id. None (operators) sees every spender.
+        """
+        if namespace is None:
+            return self.annotate(seen_spent_by=models.F("spent_by"))
+        spender = models.OuterRef("spent_by")
+        claim = TxClaim.objects.filter(
+            namespace=namespace, tx_id=spender, wallet=models.OuterRef("wallet")
+        )
+        outputs = Token.objects.filter(namespace=namespace, tx_id=spender)
+        return self.annotate(
+            seen_spent_by=models.Case(
+                models.When(
+                    models.Exists(claim) & models.Exists(outputs), then=models.F("spent_by")
+                ),
+                default=None,
+            )
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class TokenRow:
@@ -69,6 +94,9 @@ class Token(models.Model):
     # NULL (not "") while unspent, so the spent check constraint and indexes stay exact.
     spent_by = models.CharField(max_length=ID_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
     spent_at = models.DateTimeField(null=True, blank=True)
+
+    # Not a column: ``spent_by`` as one client may see it (TokenQuerySet.with_spender_seen_by).
+    seen_spent_by: str | None
 
     objects = TokenQuerySet.as_manager()
 

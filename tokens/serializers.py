@@ -228,6 +228,8 @@ class TokenSerializer(serializers.ModelSerializer):
 
     quantity = AmountField()
     spent = serializers.BooleanField(source="is_spent")
+    # The spending transaction, shown only to the client that ran it (with_spender_seen_by).
+    spent_by = serializers.CharField(source="seen_spent_by", allow_null=True, read_only=True)
 
     class Meta:
         model = Token

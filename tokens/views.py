@@ -35,7 +35,8 @@ class TokenListCreate(generics.ListAPIView):
     pagination_class = IdCursorPagination
 
     def get_queryset(self):
-        return scope_queryset(self.request, Token.objects.all())
+        tokens = Token.objects.with_spender_seen_by(request_namespace(self.request))
+        return scope_queryset(self.request, tokens)
 
     @extend_schema(
         summary="List tokens",
@@ -66,7 +67,14 @@ class TokenListCreate(generics.ListAPIView):
         serializer.is_valid(raise_exception=True)
         specs = serializer.specs()
         check_wallets(request, {spec.wallet for spec in specs})
-        tokens, created = issue_tokens(specs, namespace=request_namespace(request) or "")
+        namespace = request_namespace(request) or ""
+        tokens, created = issue_tokens(specs, namespace=namespace)
+        spenders = {}
+        if spent := [t.pk for t in tokens if t.spent_by is not None]:  # re-sent, spent since
+            seen = Token.objects.with_spender_seen_by(namespace).filter(pk__in=spent)
+            spenders = dict(seen.values_list("pk", "seen_spent_by"))
+        for token in tokens:
+            token.seen_spent_by = spenders.get(token.pk)
         body = IssueResultSerializer({"created": created, "tokens": tokens}).data
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 

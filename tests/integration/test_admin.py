@@ -262,6 +262,69 @@ def test_selection_release_action_reports_each_result(admin_client, replica):
     assert not TokenLock.objects.filter(spender_tx_id="sel-a").exists()
 
 
+def test_selection_release_action_is_audited_and_acts_on_the_chosen_selection(
+    admin_client, admin_user, replica
+):
+    # Two clients chose the same tx id in one wallet: only the chosen one is released.
+    chosen = make_selection(make_tokens(2), "same", namespace="key-one")
+    other = make_selection(make_tokens(3), "same", namespace="key-two")
+    spent = make_selection(make_tokens(1), "done", status=Selection.Status.SPENT, lock=False)
+    admin_client.post(
+        SELECTIONS, {"action": "release", "_selected_action": [chosen.pk, spent.pk]}, follow=True
+    )
+    chosen.refresh_from_db()
+    other.refresh_from_db()
+    assert (chosen.status, other.status) == (Selection.Status.RELEASED, Selection.Status.LOCKED)
+    assert TokenLock.objects.filter(fence=other.fence).count() == 3
+    audit = LockAudit.objects.get()  # the refused release changed nothing and is not recorded
+    assert (audit.action, audit.user, audit.count) == ("release_selection", admin_user, 2)
+    assert audit.spender_tx_ids == ["same"]
+    assert sorted(audit.token_ids) == sorted(chosen.token_ids)
+    assert "key-one" in audit.reason and "list of selections" in audit.reason
+
+
+# Every admin action that changes a hold or a token's state, each tested with the audit row it
+# writes (force release, release, mark unspent); deleting tokens spares locked ones (below).
+AUDITED_ACTIONS = {
+    ("locks", "tokenlock"): {"force_release"},
+    ("locks", "selection"): {"release"},
+    ("tokens", "token"): {"mark_unspent", "delete_selected"},
+}
+
+
+def test_no_admin_action_changes_holds_or_tokens_unaudited(rf, admin_user):
+    from django.contrib import admin
+
+    request = rf.get("/admin/")
+    request.user = admin_user
+    for model, model_admin in admin.site._registry.items():
+        meta = model._meta
+        if meta.app_label not in ("locks", "tokens"):
+            continue
+        actions = set(model_admin.get_actions(request))
+        assert actions == AUDITED_ACTIONS.get((meta.app_label, meta.model_name), set()), meta
+
+
+def test_deleting_tokens_never_removes_a_hold(admin_client):
+    # A token's lock row cannot be deleted by hand (only force release, audited, removes one),
+    # so neither can a locked token: the hold would go with it, unaudited.
+    held = make_selection(make_tokens(2), "held")
+    free = make_tokens(1)
+    admin_client.post(
+        TOKENS,
+        {
+            "action": "delete_selected",
+            "_selected_action": [*held.token_ids, free[0].pk],
+            "post": "yes",
+        },
+    )
+    lone = make_token()
+    make_lock(lone, "lone-holder")
+    admin_client.post(reverse("admin:tokens_token_delete", args=[lone.pk]), {"post": "yes"})
+    assert Token.objects.count() == 4
+    assert TokenLock.objects.count() == 3
+
+
 def test_dashboard_shows_supply_locks_contention_outcomes_and_housekeeping(admin_client):
     usd = make_tokens(4, wallet="alice", currency="USD", quantity=10)
     make_tokens(2, wallet="bob", currency="EUR", quantity=7)

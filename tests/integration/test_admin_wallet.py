@@ -164,7 +164,7 @@ def test_release_and_extend_record_who_did_it(admin_user, replica, settings):
     release_me = make_selection(make_tokens(2, wallet="dave"), "pay-r", ttl=30)
     extend_me = make_selection(make_tokens(3, wallet="dave"), "pay-e", ttl=30)
 
-    response = post_action(client, "dave", action="release", tx_id="pay-r")
+    response = post_action(client, "dave", action="release", selection=release_me.pk)
     assert response.status_code == 200
     assert messages_of(response) == ["pay-r: released, 2 lock(s) removed"]
     release_me.refresh_from_db()
@@ -172,7 +172,7 @@ def test_release_and_extend_record_who_did_it(admin_user, replica, settings):
     assert not TokenLock.objects.filter(spender_tx_id="pay-r").exists()
 
     before = extend_me.expires_at
-    response = post_action(client, "dave", action="extend", tx_id="pay-e", seconds="300")
+    response = post_action(client, "dave", action="extend", selection=extend_me.pk, seconds="300")
     assert messages_of(response)[0].startswith("pay-e: lease extended until ")
     extend_me.refresh_from_db()
     assert extend_me.expires_at > before + timedelta(seconds=200)
@@ -190,19 +190,54 @@ def test_release_and_extend_record_who_did_it(admin_user, replica, settings):
     assert "300 s" in audits["extend_selection"].reason
 
 
+def test_actions_address_a_selection_not_a_tx_id_shared_by_two_clients(admin_user, replica):
+    client = csrf_client(admin_user)
+    older = make_selection(make_tokens(2, wallet="dave"), "pay", ttl=30, namespace="key-one")
+    newer = make_selection(make_tokens(3, wallet="dave"), "pay", ttl=30, namespace="key-two")
+    page = client.get(wallet_url("dave")).content.decode()
+    assert f'name="selection" value="{older.pk}"' in page
+    assert f'name="selection" value="{newer.pk}"' in page
+
+    before = older.expires_at
+    post_action(client, "dave", action="extend", selection=newer.pk, seconds="300")
+    older.refresh_from_db()
+    newer.refresh_from_db()
+    assert older.expires_at == before and newer.expires_at > before + timedelta(seconds=200)
+
+    for selection in (newer, older):
+        response = post_action(client, "dave", action="release", selection=selection.pk)
+        assert messages_of(response) == [
+            f"pay: released, {len(selection.token_ids)} lock(s) removed"
+        ]
+        selection.refresh_from_db()
+        assert selection.status == Selection.Status.RELEASED
+    assert not TokenLock.objects.filter(wallet="dave").exists()
+    audits = LockAudit.objects.order_by("pk")
+    assert [(a.action, sorted(a.token_ids)) for a in audits] == [
+        ("extend_selection", sorted(newer.token_ids)),
+        ("release_selection", sorted(newer.token_ids)),
+        ("release_selection", sorted(older.token_ids)),
+    ]
+    assert ["key-two" if "key-two" in a.reason else "key-one" for a in audits] == [
+        "key-two",
+        "key-two",
+        "key-one",
+    ]
+
+
 def test_actions_refuse_what_they_cannot_do_and_write_nothing(admin_user, replica):
     client = csrf_client(admin_user)
-    make_selection(make_tokens(1, wallet="erin"), "erin-pay")
+    erins = make_selection(make_tokens(1, wallet="erin"), "erin-pay")
     spent = make_selection(
         make_tokens(1, wallet="erin"), "erin-spent", status=Selection.Status.SPENT, lock=False
     )
-    make_selection(make_tokens(1, wallet="frank"), "frank-pay")
+    franks = make_selection(make_tokens(1, wallet="frank"), "frank-pay")
 
-    other = post_action(client, "erin", action="release", tx_id="frank-pay")
-    assert messages_of(other) == ["frank-pay: no selection of wallet erin"]
-    done = post_action(client, "erin", action="extend", tx_id=spent.tx_id)
+    other = post_action(client, "erin", action="release", selection=franks.pk)
+    assert messages_of(other) == [f"selection {franks.pk}: no selection of wallet erin"]
+    done = post_action(client, "erin", action="extend", selection=spent.pk)
     assert messages_of(done)[0].startswith("erin-spent: not extended:")
-    bad = post_action(client, "erin", action="explode", tx_id="erin-pay")
+    bad = post_action(client, "erin", action="explode", selection=erins.pk)
     assert messages_of(bad)[0].startswith("Nothing done:")
     assert TokenLock.objects.filter(spender_tx_id__in=["erin-pay", "frank-pay"]).count() == 2
     assert not LockAudit.objects.exists()
@@ -210,14 +245,14 @@ def test_actions_refuse_what_they_cannot_do_and_write_nothing(admin_user, replic
     forged = Client(enforce_csrf_checks=True)
     forged.force_login(admin_user)
     assert (
-        forged.post(wallet_url("erin"), {"action": "release", "tx_id": "erin-pay"}).status_code
+        forged.post(wallet_url("erin"), {"action": "release", "selection": erins.pk}).status_code
         == 403
     )
     assert TokenLock.objects.filter(spender_tx_id="erin-pay").exists()
 
 
 def test_viewing_and_acting_need_their_permissions(client, django_user_model):
-    make_selection(make_tokens(1, wallet="gina"), "gina-pay")
+    ginas = make_selection(make_tokens(1, wallet="gina"), "gina-pay")
     url = wallet_url("gina")
     response = client.get(url)
     assert response.status_code == 302 and "/login/" in response["Location"]
@@ -230,7 +265,7 @@ def test_viewing_and_acting_need_their_permissions(client, django_user_model):
     page = client.get(url)
     assert page.status_code == 200 and not page.context["may_change"]
     assert 'name="release"' not in page.content.decode()
-    assert client.post(url, {"action": "release", "tx_id": "gina-pay"}).status_code == 403
+    assert client.post(url, {"action": "release", "selection": ginas.pk}).status_code == 403
     assert Selection.objects.get(tx_id="gina-pay").status == Selection.Status.LOCKED
 
 

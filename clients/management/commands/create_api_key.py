@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from clients.models import ApiKey
 from common.commands import DatabaseCommand
-from common.rules import is_identifier
+from common.rules import NAMESPACE_MAX_LENGTH, is_identifier
 
 
 class Command(DatabaseCommand):
@@ -36,6 +36,13 @@ class Command(DatabaseCommand):
         )
         parser.add_argument("--no-read", action="store_true", help="may not read")
         parser.add_argument(
+            "--namespace",
+            default="",
+            help="the namespace of transaction ids to share with the client's other keys: to "
+            "rotate a key, give the old key's, and the new key keeps its open selections "
+            "(default: a namespace of the new key's own)",
+        )
+        parser.add_argument(
             "--expires-in-days",
             type=float,
             default=None,
@@ -50,6 +57,9 @@ class Command(DatabaseCommand):
             raise CommandError("give at least one --wallet, or --all-wallets")
         if bad := [w for w in wallets if not is_identifier(w)]:
             raise CommandError(f"invalid wallet name(s): {bad!r}")
+        namespace = options["namespace"]
+        if namespace and not is_identifier(namespace, NAMESPACE_MAX_LENGTH):
+            raise CommandError(f"invalid namespace: {namespace!r}")
         expiry = None
         if options["expires_in_days"] is not None:
             expiry = timezone.now() + timedelta(days=options["expires_in_days"])
@@ -61,6 +71,10 @@ class Command(DatabaseCommand):
             can_select=options["select"],
             can_read=not options["no_read"],
             expiry_date=expiry,
+            namespace=namespace,
         )
         self.stderr.write(f"Created API key {key.prefix} ({name}); it is shown only once:")
+        if namespace and isinstance(key, ApiKey):  # the manager's type names the base class
+            # A mistyped namespace would share nothing: say with whom it is shared.
+            self.stderr.write(f"It shares namespace {namespace!r} with {key.namespace_peers()}.")
         self.stdout.write(raw)

@@ -231,11 +231,12 @@ def test_transaction_ids_belong_to_the_client_that_uses_them(
     make_key, client_for, carols_selection
 ):
     # Another client sees carol's wallet (all wallets) but not her transaction ids: it can
-    # neither look hers up nor be kept from using the same id itself.
+    # neither look hers up, nor list them, nor be kept from using the same id itself.
     _, raw = make_key(wallets=[], all_wallets=True, name="other")
     other = client_for(raw)
     assert other.get("/api/v1/selections/carol-tx/").status_code == 404
-    assert [s["tx_id"] for s in other.get("/api/v1/selections/").json()["results"]] == ["carol-tx"]
+    assert other.get("/api/v1/selections/?wallet=carol").json()["results"] == []
+    assert other.get("/api/v1/locks/?wallet=carol").json()["results"] == []
     issue(other, token("o", 0, wallet="dan", quantity="5"))
     assert select(other, "carol-tx", "5", wallet="dan").json()["wallet"] == "dan"
     issue(other, token("c", 0, wallet="dan", quantity="1"))  # carol's token id, other's namespace

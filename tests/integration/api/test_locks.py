@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.factories import make_lock, make_token
+from clients.models import ApiKey
+from tests.factories import make_selection, make_token
 
 pytestmark = pytest.mark.django_db
 
@@ -12,13 +13,19 @@ URL = "/api/v1/locks/"
 
 
 @pytest.fixture
-def locks():
-    live = make_lock(
-        make_token("alice", "USD", 10, tx_id="t-live", index=2), "spender-a", fence=7, ttl=60
-    )
-    expired = make_lock(make_token("alice", "EUR", 20, tx_id="t-old"), "spender-b", ttl=-5)
-    other = make_lock(make_token("bob", "USD", 30, tx_id="t-bob"), "spender-c", ttl=60)
-    return live, expired, other
+def locks(api):
+    """Locks of three selections of the ``api`` client, in wallets alice and bob."""
+    namespace = ApiKey.objects.get().namespace
+    return [
+        make_selection(
+            [make_token(wallet, currency, quantity, **token)], spender, ttl=ttl, namespace=namespace
+        )
+        for wallet, currency, quantity, token, spender, ttl in [
+            ("alice", "USD", 10, {"tx_id": "t-live", "index": 2}, "spender-a", 60),
+            ("alice", "EUR", 20, {"tx_id": "t-old"}, "spender-b", -5),
+            ("bob", "USD", 30, {"tx_id": "t-bob"}, "spender-c", 60),
+        ]
+    ]
 
 
 def listed(client, query: str = "") -> list[dict]:
@@ -38,7 +45,7 @@ def test_locks_are_listed_with_their_token(api, locks):
         "currency": "USD",
         "quantity": "10",
         "spender_tx_id": "spender-a",
-        "fence": 7,
+        "fence": locks[0].fence,
         "state": "live",
     }
     assert live["created_at"] and live["expires_at"]
