@@ -331,8 +331,9 @@ def test_a_lease_taken_over_while_a_reference_spend_waits_is_refused(db_url):
                     [
                         sys.executable,
                         "-m",
-                        "tests.workers.reference_spend",
+                        "tests.workers.statement",
                         db_url,
+                        module.SPEND,
                         json.dumps(params),
                     ],
                     cwd=ROOT,
