@@ -273,6 +273,7 @@ def seed_generated(
         cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
         cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
     forget_changes()  # at once, as a reset does: the load takes about a minute
+    empty_reference()
     with bulk_load("tokens_token") as cursor:
         cursor.execute("SELECT setseed(%s)", [((seed * 7919) % 1000) / 1000])
         cursor.execute(
@@ -289,15 +290,12 @@ def seed_generated(
 def reset() -> None:
     """Restore the seeded tokens with their ids, and empty the lock, selection and waiter tables.
 
-    The reference's tables are emptied too (``reset_reference`` fills them for its points): a
-    point must not share the server with autovacuum working off another strategy's point.
+    The reference's tables are emptied too (``reset_reference`` fills them for its points).
     """
     with Quiet(), db_cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
         forget_changes()  # at once: see forget_changes
-        if reference_installed():
-            cursor.execute(f"TRUNCATE {', '.join(REFERENCE_TABLES)} RESTART IDENTITY")
-            forget_changes(REFERENCE_TABLES)
+        empty_reference()
         cursor.execute("INSERT INTO tokens_token SELECT * FROM bench_snapshot")
         # Keep the supply summary (what issuing maintains) true to the restored tokens.
         cursor.execute(
@@ -320,11 +318,17 @@ def reset() -> None:
     checkpoint()
 
 
-def reference_installed() -> bool:
-    """Tell whether the reference's tables exist in this database (``migrate`` creates them)."""
+def empty_reference() -> None:
+    """Empty the reference's tables, if this database has them (``migrate`` creates them).
+
+    Only its own points use them (``reset_reference``); emptied, the tables of an earlier
+    point leave autovacuum nothing to work off while another strategy is measured.
+    """
     with db_cursor() as cursor:
         cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [REFERENCE_TABLES[-1]])
-        return bool(cursor.fetchone()[0])
+        if cursor.fetchone()[0]:
+            cursor.execute(f"TRUNCATE {', '.join(REFERENCE_TABLES)} RESTART IDENTITY")
+            forget_changes(REFERENCE_TABLES)
 
 
 def reset_reference() -> None:
@@ -335,9 +339,8 @@ def reset_reference() -> None:
     """
     from bench.strategies import reference
 
+    empty_reference()
     with db_cursor() as cursor:
-        cursor.execute(f"TRUNCATE {', '.join(REFERENCE_TABLES)} RESTART IDENTITY")
-        forget_changes(REFERENCE_TABLES)
         cursor.execute(reference.RESTORE)
         cursor.execute(reference.RESTORE_IDS)
         cursor.execute(f"VACUUM (ANALYZE) {reference.TOKENS}")
