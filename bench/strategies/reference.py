@@ -43,11 +43,10 @@ from sherdlock import Candidate, WalletKey
 # request of many small tokens still needs only a few steps.
 FIRST_BATCH = 16
 
+# The tables (``bench.database.REFERENCE_TABLES`` empties and fills them between points).
 TOKENS = "reference_token"
 LOCKS = "reference_lock"
 SELECTIONS = "reference_selection"
-# Emptied before every point, in this order (no foreign keys between them).
-TABLES = (LOCKS, SELECTIONS, TOKENS)
 
 # The tables, as small as the guarantees allow. Tokens: one partial index, the wallet's unspent
 # tokens in id order (the order a step reads them in), covering the quantity. Lock rows: one
