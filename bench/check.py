@@ -1,10 +1,11 @@
 """Compare a fresh report with a baseline report: exit 1 on a regression beyond a tolerance.
 
 Only machine-independent figures are compared, and only those that hold still between runs of
-the same code: at each point, ours' selections/s ÷ the best baseline's (every ratio is measured
-in one run); ours-http ÷ ours at the HTTP target's replica count; lock attempts per locked token.
-The rest of the report's ratios are listed beside them, not held: ours ÷ each other baseline and
-÷ the floor, the listener variant's, and the HTTP points at other replica counts. Any
+the same code: at each point, ours' selections/s ÷ the best baseline's and ÷ the reference's
+(every ratio is measured in one run); ours-http ÷ ours at the HTTP target's replica count; lock
+attempts per locked token. The rest of the report's ratios are listed beside them, not held:
+ours ÷ each other baseline and ÷ the floor, the listener variant's, and the HTTP points at other
+replica counts. Any
 correctness failure (double spend, leaked lock, lost spend) in the fresh report fails the check
 whatever the baseline says.
 
@@ -25,7 +26,7 @@ import sys
 from pathlib import Path
 
 from bench.report import problems
-from bench.strategies import BASELINES, CANDIDATES, HTTP, OURS
+from bench.strategies import BASELINES, CANDIDATES, HTTP, OURS, REFERENCE
 from bench.targets import HTTP_RATIO_REPLICAS
 
 # The HTTP target's replica count is the one held. With fewer load processes, a point whose
@@ -57,15 +58,18 @@ def _held(ratios: dict[Key, float]) -> dict[Key, float]:
     Ours ÷ the best baseline is ours ÷ each baseline at its smallest. The best of five
     baselines moves less from run to run than any one of them (in three runs of the same code,
     ratios to single baselines moved by up to 31% where ratios to the best moved by 21% at
-    most), and it is the one the selection targets name. The listener variant's own
-    selections/s moved by 26-30% between those runs: it is listed.
+    most), and it is the one the selection targets name. Ours ÷ the reference (the strongest
+    simple design, not a baseline) is held on its own: its targets name it. The listener
+    variant's own selections/s moved by 26-30% between those runs: it is listed.
     """
     best: dict[Key, float] = {}
     for (workload, replicas, strategy, baseline), value in ratios.items():
         if strategy == OURS and baseline in BASELINES:
             key = (workload, replicas, OURS, "best")
             best[key] = min(value, best.get(key, value))
-        elif strategy == HTTP and baseline == OURS and replicas == HTTP_HELD_REPLICAS:
+        elif (strategy == OURS and baseline == REFERENCE) or (
+            strategy == HTTP and baseline == OURS and replicas == HTTP_HELD_REPLICAS
+        ):
             best[(workload, replicas, strategy, baseline)] = value
     return best
 
@@ -107,7 +111,7 @@ def _judge(current: dict, baseline: dict, tolerance: float) -> list[tuple[str, s
                 (
                     "skipped",
                     f"{_name(key)}: {now[key]:.2f} vs baseline {then[key]:.2f} "
-                    "(every baseline collapsed in both runs)",
+                    f"({'it' if key[3] == REFERENCE else 'every baseline'} collapsed in both runs)",
                     point,
                 )
             )

@@ -34,10 +34,22 @@ TABLES = (
 # Lock rows left on unspent tokens once every replica has spent or released what it held
 # (rows planted by the housekeeping points, of spenders named EXPIRED_PREFIX..., excepted).
 LEAKED_LOCKS = """
-SELECT count(*) FROM locks_tokenlock l JOIN tokens_token t ON t.id = l.token_id
+SELECT count(*) FROM {locks} l JOIN {tokens} t ON t.id = l.token_id
 WHERE t.spent_at IS NULL AND l.spender_tx_id NOT LIKE %(planted)s
 """
 EXPIRED_PREFIX = "crashed-"
+
+# The reference's tables (``bench.strategies.reference``), the one with the tokens last; its
+# lock and token tables have the columns the audit reads under ours' names.
+REFERENCE_TABLES = ("reference_lock", "reference_selection", "reference_token")
+
+
+def _books(reference: bool) -> tuple[str, str]:
+    """Return the (tokens, locks) tables of ours, or of the reference."""
+    return (
+        ("reference_token", "reference_lock") if reference else ("tokens_token", "locks_tokenlock")
+    )
+
 
 # Tokens of a large workload generated in the server: wallet w holds tokens w*n .. w*n+n-1 of
 # 1-20 (quantities from a seeded random sequence, so every run seeds the same supply).
@@ -161,10 +173,13 @@ def drop(url: str) -> None:
 
 
 def migrate() -> None:
-    """Apply the project's migrations to the benchmark database (Django must be set up)."""
+    """Apply the project's migrations, create the reference's tables (Django must be set up)."""
     from django.core.management import call_command
 
+    from bench.strategies import reference
+
     call_command("migrate", interactive=False, verbosity=0)
+    reference.install()
 
 
 def db_cursor():
@@ -258,6 +273,7 @@ def seed_generated(
         cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
         cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
     forget_changes()  # at once, as a reset does: the load takes about a minute
+    empty_reference()
     with bulk_load("tokens_token") as cursor:
         cursor.execute("SELECT setseed(%s)", [((seed * 7919) % 1000) / 1000])
         cursor.execute(
@@ -272,10 +288,14 @@ def seed_generated(
 
 
 def reset() -> None:
-    """Restore the seeded tokens with their ids, and empty the lock, selection and waiter tables."""
+    """Restore the seeded tokens with their ids, and empty the lock, selection and waiter tables.
+
+    The reference's tables are emptied too (``reset_reference`` fills them for its points).
+    """
     with Quiet(), db_cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
         forget_changes()  # at once: see forget_changes
+        empty_reference()
         cursor.execute("INSERT INTO tokens_token SELECT * FROM bench_snapshot")
         # Keep the supply summary (what issuing maintains) true to the restored tokens.
         cursor.execute(
@@ -298,7 +318,37 @@ def reset() -> None:
     checkpoint()
 
 
-def forget_changes() -> None:
+def empty_reference() -> None:
+    """Empty the reference's tables, if this database has them (``migrate`` creates them).
+
+    Only its own points use them (``reset_reference``); emptied, the tables of an earlier
+    point leave autovacuum nothing to work off while another strategy is measured.
+    """
+    with db_cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [REFERENCE_TABLES[-1]])
+        if cursor.fetchone()[0]:
+            cursor.execute(f"TRUNCATE {', '.join(REFERENCE_TABLES)} RESTART IDENTITY")
+            forget_changes(REFERENCE_TABLES)
+
+
+def reset_reference() -> None:
+    """Fill the reference's tables with the seeded tokens (same ids), after a ``reset``.
+
+    As ``reset`` leaves ours' tables: tokens restored, vacuumed and analysed, lock and
+    selection tables empty and left unanalysed, autovacuum's counts zeroed, pages flushed.
+    """
+    from bench.strategies import reference
+
+    empty_reference()
+    with db_cursor() as cursor:
+        cursor.execute(reference.RESTORE)
+        cursor.execute(reference.RESTORE_IDS)
+        cursor.execute(f"VACUUM (ANALYZE) {reference.TOKENS}")
+    forget_changes(REFERENCE_TABLES)
+    checkpoint()
+
+
+def forget_changes(tables: tuple[str, ...] = TABLES) -> None:
     """Zero autovacuum's counts of changes of the tables a reset or a seeding emptied.
 
     TRUNCATE keeps a table's count of changes since its last analysis. The lock table came out
@@ -321,7 +371,7 @@ def forget_changes() -> None:
 
     try:
         with db_cursor() as cursor:
-            for table in TABLES:
+            for table in tables:
                 cursor.execute("SELECT pg_stat_reset_single_table_counters(%s::regclass)", [table])
     except DatabaseError:
         pass
@@ -341,32 +391,39 @@ def checkpoint() -> None:
         pass
 
 
-def leaked_locks() -> int:
-    """Count lock rows that hold unspent tokens."""
+def leaked_locks(reference: bool = False) -> int:
+    """Count lock rows that hold unspent tokens (of the reference's tables if ``reference``)."""
+    tokens, locks = _books(reference)
     with db_cursor() as cursor:
-        cursor.execute(LEAKED_LOCKS, {"planted": EXPIRED_PREFIX + "%"})
+        cursor.execute(
+            LEAKED_LOCKS.format(tokens=tokens, locks=locks), {"planted": EXPIRED_PREFIX + "%"}
+        )
         return int(cursor.fetchone()[0])
 
 
-def unspent_by_wallet() -> dict[str, int]:
-    """Return the unspent quantity per wallet."""
+def unspent_by_wallet(reference: bool = False) -> dict[str, int]:
+    """Return the unspent quantity per wallet (of the reference's tables if ``reference``)."""
+    tokens, _ = _books(reference)
     with db_cursor() as cursor:
         cursor.execute(
-            "SELECT wallet, sum(quantity) FROM tokens_token WHERE spent_at IS NULL GROUP BY wallet"
+            f"SELECT wallet, sum(quantity) FROM {tokens} WHERE spent_at IS NULL GROUP BY wallet"
         )
         return {wallet: int(total) for wallet, total in cursor.fetchall()}
 
 
-def spent_tokens(by_identity: bool = False, prefix: str = "") -> dict[object, str]:
+def spent_tokens(
+    by_identity: bool = False, prefix: str = "", reference: bool = False
+) -> dict[object, str]:
     """Map every spent token (id, or "tx_id:index") to the transaction that spent it.
 
-    With ``prefix``, only tokens spent by transactions whose tx id starts with it.
+    With ``prefix``, only tokens spent by transactions whose tx id starts with it; with
+    ``reference``, the reference's tokens.
     """
     key = "tx_id || ':' || \"index\"" if by_identity else "id"
+    tokens, _ = _books(reference)
     with db_cursor() as cursor:
         cursor.execute(
-            f"SELECT {key}, spent_by FROM tokens_token "
-            "WHERE spent_by IS NOT NULL AND spent_by LIKE %s",
+            f"SELECT {key}, spent_by FROM {tokens} WHERE spent_by IS NOT NULL AND spent_by LIKE %s",
             [prefix + "%"],
         )
         return dict(cursor.fetchall())

@@ -1,4 +1,4 @@
-"""The report: ours ÷ each baseline, the targets, the correctness audit, the JSON file."""
+"""The report: ours ÷ the reference and each baseline, the targets, the audit, the JSON file."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bench import database
 from bench.render import render
-from bench.strategies import BASELINES, CANDIDATES, FLOOR, HTTP, OURS
+from bench.strategies import BASELINES, CANDIDATES, FLOOR, HTTP, OURS, REFERENCE
 from bench.targets import targets
 
 VERSION = 2
@@ -23,7 +23,7 @@ def _index(points: list[dict]) -> dict[tuple[str, int, str], dict]:
 
 
 def ratios(points: list[dict], http: list[dict] | None = None) -> list[dict]:
-    """Divide each candidate's selections/s by each baseline's (and the floor's) at one point.
+    """Divide each candidate's selections/s by the reference's, each baseline's and the floor's.
 
     The HTTP path is divided by ours in the library at the same workload and replica count.
     """
@@ -31,7 +31,7 @@ def ratios(points: list[dict], http: list[dict] | None = None) -> list[dict]:
     for (workload, replicas, strategy), point in sorted(index.items()):
         if strategy not in CANDIDATES:
             continue
-        for baseline in (*BASELINES, FLOOR):
+        for baseline in (REFERENCE, *BASELINES, FLOOR):
             other = index.get((workload, replicas, baseline))
             if other and point["selections_per_s"] and other["selections_per_s"]:
                 out.append(

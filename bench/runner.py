@@ -97,8 +97,11 @@ class Harness:
         from bench import verify
         from bench.worker import Task
 
+        reference = strategy == strategies.REFERENCE  # its own tables: filled, then audited
         if reset:
             database.reset()
+            if reference:
+                database.reset_reference()
             if self.args.quiet_spell:
                 quiet_spell(self.args.quiet_spell)
         notifying = strategies.deploy(strategy)
@@ -132,12 +135,12 @@ class Harness:
             point["settings"] = infos[0].get("settings")  # what the replicas ran with
             point["notifying"] = notifying
         point.update(verify.figures(records, duration, supply))
-        stored = database.spent_tokens(prefix=f"{tag}-")
+        stored = database.spent_tokens(prefix=f"{tag}-", reference=reference)
         point["double_spends"] = verify.overlapping_holds(records) + verify.spent_twice(
             records, stored
         )
-        point["leaked_locks"] = database.leaked_locks()
-        point["supply_conserved"] = database.unspent_by_wallet() == supply
+        point["leaked_locks"] = database.leaked_locks(reference=reference)
+        point["supply_conserved"] = database.unspent_by_wallet(reference=reference) == supply
         point["cpu_ms_per_selection"] = windows[0].result(point["selections"]) if windows else {}
         return point
 

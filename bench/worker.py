@@ -104,7 +104,9 @@ def drive(task: Task, strategy, start_at: float, end_at: float) -> list[Record]:
                 time.sleep(rng.uniform(0, 2 * workload.hold))
             if rng.random() < workload.spend_ratio:
                 outputs = payment(picked.total, quantity, key.wallet)
-                created, error = _twice(partial(spend, picked, outputs), error)
+                # A strategy on tables of its own (the reference) spends with its own statement.
+                spender = getattr(strategy, "spend", spend)
+                created, error = _twice(partial(spender, picked, outputs), error)
                 if created:
                     strategy.spent(picked, created)
                     action, ended = "spent", math.inf

@@ -2,7 +2,10 @@
 
 ``ours`` is the shipped selector with the shipped defaults (``common.knobs``, no
 ``SHERDLOCK_*`` variable from the caller's environment), ``ours+listener`` the same with
-``SHERDLOCK_LISTEN=1``. The baselines keep their own SQL and read the same knobs
+``SHERDLOCK_LISTEN=1``. ``reference`` is the strongest simple design: a hand-written
+one-statement selector with ours' guarantees, on minimal tables of its own
+(``bench.strategies.reference``); ours is measured against it at every point, apart from the
+baselines ours must beat. The baselines keep their own SQL and read the same knobs
 (``common.knobs``); they run in replicas with ours' environment. ``floor`` is pgbench running
 our own statements, an informational reference outside the replica processes
 (``bench.strategies.floor``); it is not a baseline for the targets.
@@ -23,6 +26,7 @@ ADVISORY = "serialized-advisory"
 SEED = "seed-faithful"
 SKIP_LOCKED = "skip-locked-statement"
 CACHE_BATCH = "cache-batch"
+REFERENCE = "reference"
 FLOOR = "floor"
 HTTP = "ours-http"
 # Ours with a selection strategy other than the default (bench.selection_strategies): the
@@ -31,8 +35,8 @@ SELECTION_STRATEGIES = ("smallest_first", "fewest_tokens", "exact", "consolidate
 OURS_WITH = "ours:"
 # What ours must beat at every target point.
 BASELINES = (SERIALIZED, ADVISORY, SEED, SKIP_LOCKED, CACHE_BATCH)
-ALL = (OURS, LISTENER, *BASELINES, FLOOR)
-# Strategies whose figures are divided by those of the baselines (and the floor).
+ALL = (OURS, LISTENER, REFERENCE, *BASELINES, FLOOR)
+# Strategies whose figures are divided by those of the reference, the baselines and the floor.
 CANDIDATES = (OURS, LISTENER)
 
 # The one place that says which environment the replicas of each strategy run with: variables
@@ -129,6 +133,10 @@ def build(name: str, seed: int) -> Strategy:
         from bench.strategies.skiplocked import SkipLockedStatement
 
         return SkipLockedStatement(rng)
+    if name == REFERENCE:
+        from bench.strategies.reference import Reference
+
+        return Reference(rng)
     if name == CACHE_BATCH:
         from bench.strategies.cachebatch import CacheBatch
 

@@ -17,7 +17,7 @@ import pytest
 from django.conf import settings
 
 from bench import database, strategies
-from bench.strategies import BASELINES, HTTP, LISTENER, OURS
+from bench.strategies import BASELINES, HTTP, LISTENER, OURS, REFERENCE
 from bench.verify import overlapping_holds, spent_twice
 from bench.worker import Record
 from tests.helpers.processes import database_url, run_module
@@ -127,7 +127,7 @@ def test_every_strategy_ran_on_every_workload_without_a_double_spend(run):
     points = {(p["workload"], p["strategy"]): p for p in report["points"]}
     skipped = {note["what"] for note in report["skipped"]}
     for workload in WORKLOADS:
-        for strategy in (OURS, LISTENER, *BASELINES):
+        for strategy in (OURS, LISTENER, REFERENCE, *BASELINES):
             assert (workload, strategy) in points or strategy in skipped, (workload, strategy)
     for (workload, strategy), point in points.items():
         if strategy == "floor":
@@ -138,6 +138,7 @@ def test_every_strategy_ran_on_every_workload_without_a_double_spend(run):
     assert report["problems"] == []
     assert "targets (reported, not asserted)" in done.stdout
     assert "ours÷" in done.stdout
+    assert "Ours ÷ reference, the strongest simple design" in done.stdout
 
 
 @pytest.mark.timeout(600)

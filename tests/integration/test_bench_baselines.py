@@ -7,15 +7,20 @@ lock after a failure, and spend into payment and change without creating or losi
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 
 import pytest
+from django.db import IntegrityError, connection, transaction
 
-from bench.strategies import BASELINES, build, payment, spend
+from bench.strategies import BASELINES, REFERENCE, build, payment, spend
 from bench.strategies.base import Picked
 from locks.models import TokenLock
 from sherdlock import FundsLocked, InsufficientFunds, WalletKey
 from tests.factories import make_lock, make_tokens
+from tests.helpers.processes import ROOT, WAIT, child_env, wait_for
 from tokens.models import Token
 
 KEY = WalletKey("alice", "USD")
@@ -133,3 +138,224 @@ def test_the_shipped_backoff_and_lease_come_from_the_settings(settings):
     strategy.select("tx-1", KEY, 5)
     lock = TokenLock.objects.get()
     assert round((lock.expires_at - lock.created_at).total_seconds()) == 7
+
+
+# The reference: the strongest simple design, on tables of its own (bench.strategies.reference).
+
+
+@pytest.fixture
+def reference():
+    from bench.strategies import reference as module
+
+    module.install()  # inside the test's transaction: gone with it
+    return build(REFERENCE, seed=7)
+
+
+def reference_tokens(count: int, quantity: int = 10, wallet: str = "alice") -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            'INSERT INTO reference_token (tx_id, "index", wallet, currency, quantity) '
+            "SELECT 'seed', g, %s, 'USD', %s FROM generate_series(0, %s - 1) g RETURNING id",
+            [wallet, quantity, count],
+        )
+        return sorted(row[0] for row in cursor.fetchall())
+
+
+def reference_lock(token_id: int, tx_id: str, fence: int = 1, ttl: float = 60.0) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO reference_lock (token_id, spender_tx_id, fence, expires_at) "
+            "VALUES (%s, %s, %s, now() + %s * interval '1 second')",
+            [token_id, tx_id, fence, ttl],
+        )
+
+
+def rows(sql: str, params: list | None = None) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params or [])
+        return cursor.fetchall()
+
+
+def reference_held(tx_id: str) -> set[int]:
+    query = "SELECT token_id FROM reference_lock WHERE spender_tx_id = %s"
+    return {token_id for (token_id,) in rows(query, [tx_id])}
+
+
+def reference_unspent(wallet: str = "alice") -> int:
+    query = "SELECT coalesce(sum(quantity), 0) FROM reference_token WHERE wallet = %s"
+    return int(rows(query + " AND spent_at IS NULL", [wallet])[0][0])
+
+
+def state(tx_id: str) -> str | None:
+    found = rows("SELECT state FROM reference_selection WHERE tx_id = %s", [tx_id])
+    return found[0][0] if found else None
+
+
+def test_the_reference_locks_exactly_its_tokens_under_one_fence_and_records_it(reference):
+    ids = reference_tokens(20)
+    picked = reference.select("tx-1", KEY, 35)
+    assert picked.token_ids == ids[:4] and picked.total == 40  # the covering prefix, in id order
+    assert reference_held("tx-1") == set(picked.token_ids)
+    assert rows("SELECT DISTINCT fence FROM reference_lock") == [(picked.fence,)]
+    assert rows("SELECT fence, quantity, state FROM reference_selection WHERE tx_id = 'tx-1'") == [
+        (picked.fence, 35, "selected")
+    ]
+    assert reference.lock_attempts == 4
+
+
+def test_the_reference_spends_into_payment_and_change_all_at_once(reference):
+    reference_tokens(5)
+    picked = reference.select("tx-1", KEY, 13)
+    created = reference.spend(picked, payment(picked.total, 13, "alice", "bob"))
+    assert created is not None
+    assert [(key.wallet, c.quantity) for key, c in created.outputs] == [("bob", 13), ("alice", 7)]
+    assert reference_unspent("bob") == 13 and reference_unspent("alice") == 50 - 13
+    assert state("tx-1") == "spent"
+    # Spent once: the same selection cannot be spent again.
+    assert reference.spend(picked, payment(picked.total, 13, "alice")) is None
+    assert reference_unspent("alice") == 50 - 13
+
+
+def test_a_reference_spend_under_another_fence_writes_nothing(reference):
+    reference_tokens(3)
+    picked = reference.select("tx-1", KEY, 10)
+    stale = Picked(picked.tx_id, picked.key, picked.fence + 1, picked.tokens)
+    assert reference.spend(stale, payment(stale.total, 10, "alice")) is None
+    assert reference_unspent() == 30 and state("tx-1") == "selected"
+    assert not rows("SELECT 1 FROM reference_token WHERE tx_id = 'tx-1'")
+
+
+def test_a_stale_reference_holder_can_neither_spend_nor_release_the_new_holders_lock(reference):
+    [token_id] = reference_tokens(1)
+    stale = reference.select("tx-1", KEY, 10)
+    with connection.cursor() as cursor:  # its lease runs out
+        cursor.execute("UPDATE reference_lock SET expires_at = now() - interval '1 second'")
+    taker = reference.select("tx-2", KEY, 10)  # takes the expired lock row over
+    assert taker.token_ids == [token_id] and taker.fence != stale.fence
+    assert reference.spend(stale, payment(10, 10, "alice")) is None
+    reference.release(stale)
+    assert reference_held("tx-2") == {token_id}
+    assert reference.spend(taker, payment(10, 10, "alice")) is not None
+
+
+def test_the_reference_answers_insufficient_funds_only_when_the_supply_is_short(reference):
+    reference_tokens(3)
+    with pytest.raises(InsufficientFunds):
+        reference.select("tx-1", KEY, 31)
+    assert not rows("SELECT 1 FROM reference_lock") and state("tx-1") is None
+    assert reference.select("tx-2", KEY, 30).total == 30
+
+
+def test_funds_others_hold_are_funds_locked_and_the_reference_gives_back_what_it_took(reference):
+    ids = reference_tokens(4)
+    for token_id in ids[:3]:
+        reference_lock(token_id, "other")
+    with pytest.raises(FundsLocked):
+        reference.select("tx-1", KEY, 20)
+    assert not reference_held("tx-1") and state("tx-1") is None
+    assert reference.select("tx-2", KEY, 10).token_ids == [ids[3]]
+
+
+def test_the_reference_takes_an_expired_lock_row_over(reference):
+    [token_id] = reference_tokens(1)
+    reference_lock(token_id, "crashed", ttl=-120)
+    picked = reference.select("tx-1", KEY, 5)
+    assert picked.token_ids == [token_id] and reference_held("tx-1") == {token_id}
+
+
+def test_the_reference_releases_every_token_and_its_record(reference):
+    reference_tokens(10)
+    picked = reference.select("tx-1", KEY, 45)
+    reference.release(picked)
+    assert not rows("SELECT 1 FROM reference_lock") and state("tx-1") == "released"
+    assert reference.select("tx-2", KEY, 100).total == 100
+
+
+def test_a_reference_tx_id_used_before_is_refused_and_holds_nothing(reference):
+    reference_tokens(4)
+    reference.release(reference.select("tx-1", KEY, 10))
+    with pytest.raises(IntegrityError), transaction.atomic():
+        reference.select("tx-1", KEY, 10)
+    assert not rows("SELECT 1 FROM reference_lock")
+
+
+def test_a_large_reference_request_takes_several_growing_steps(reference):
+    # 16 + 32 + 64 tokens of 1 cover 100; a request of more than the wallet holds is short.
+    reference_tokens(200, quantity=1)
+    picked = reference.select("tx-1", KEY, 100)
+    assert len(picked.tokens) == 100 and reference.lock_attempts == 16 + 32 + 52
+    with pytest.raises(FundsLocked):  # the other 100 are free, the rest held by tx-1
+        reference.select("tx-2", KEY, 150)
+    assert not reference_held("tx-2")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lease_taken_over_while_a_reference_spend_waits_is_refused(db_url):
+    """The spend checks the lock row's latest version, not the one its snapshot saw.
+
+    A step that takes a lease over holds the token's row lock until it commits; a spend that
+    began before then waits for that row lock, and must then see the new holder.
+    """
+    import psycopg
+
+    from bench.strategies import reference as module
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(module.SCHEMA)
+        try:
+            [token_id] = conn.execute(
+                'INSERT INTO reference_token (tx_id, "index", wallet, currency, quantity) '
+                "VALUES ('seed', 0, 'alice', 'USD', 10) RETURNING id"
+            ).fetchone()
+            conn.execute(
+                "INSERT INTO reference_lock VALUES (%s, 'tx-1', 1, now() + interval '1 minute')",
+                [token_id],
+            )
+            conn.execute(
+                "INSERT INTO reference_selection (tx_id, fence, wallet, currency, quantity) "
+                "VALUES ('tx-1', 1, 'alice', 'USD', 10)"
+            )
+            # A step of tx-2 holds the token's row lock (its lease about to take the row over).
+            with psycopg.connect(db_url) as taker:
+                taker.execute("SELECT 1 FROM reference_token WHERE id = %s FOR UPDATE", [token_id])
+                params = {
+                    "ids": [token_id],
+                    "tx_id": "tx-1",
+                    "fence": 1,
+                    "count": 1,
+                    "currency": "USD",
+                    "wallets": ["alice"],
+                    "quantities": [10],
+                }
+                child = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "tests.workers.statement",
+                        db_url,
+                        module.SPEND,
+                        json.dumps(params),
+                    ],
+                    cwd=ROOT,
+                    env=child_env(db_url),
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                waiting = (
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND query LIKE '%%reference_selection SET state = ''spent''%%'"
+                )
+                wait_for(lambda: conn.execute(waiting).fetchone()[0], "the spend to wait")
+                taker.execute(
+                    "UPDATE reference_lock SET spender_tx_id = 'tx-2', fence = 2, "
+                    "expires_at = now() + interval '1 minute' WHERE token_id = %s",
+                    [token_id],
+                )
+                taker.commit()
+            out, _ = child.communicate(timeout=WAIT)
+            assert out.strip() == "0"  # nothing spent
+            spent = conn.execute("SELECT spent_at FROM reference_token WHERE id = %s", [token_id])
+            assert spent.fetchone()[0] is None
+        finally:
+            conn.execute("DROP TABLE reference_lock, reference_selection, reference_token")
+            conn.execute("DROP SEQUENCE reference_fence_seq")

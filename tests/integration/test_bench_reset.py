@@ -143,3 +143,33 @@ def test_a_reset_zeroes_the_change_counts_before_it_restores_the_tokens():
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
+
+
+def test_the_reference_starts_its_points_from_the_same_tokens_and_no_lock():
+    from bench.strategies import reference
+
+    reference.install()
+    database.seed((("w", 5), ("w", 7), ("v", 3)), "USD")
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("INSERT INTO reference_lock VALUES (1, 'left-over', 1, now())")
+        database.reset()
+        database.reset_reference()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id, wallet, quantity FROM reference_token ORDER BY id")
+            restored = cursor.fetchall()
+            cursor.execute("SELECT count(*) FROM reference_lock")
+            assert cursor.fetchone()[0] == 0
+        assert restored == list(
+            Token.objects.order_by("id").values_list("id", "wallet", "quantity")
+        )
+        assert database.unspent_by_wallet(reference=True) == {"w": 12, "v": 3}
+        assert database.leaked_locks(reference=True) == 0
+        # Every other point leaves the reference's tables empty.
+        database.reset()
+        assert database.unspent_by_wallet(reference=True) == {}
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
+            cursor.execute(f"DROP TABLE {', '.join(database.REFERENCE_TABLES)}")
+            cursor.execute("DROP SEQUENCE reference_fence_seq")
