@@ -12,12 +12,18 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from common.rules import CURRENCY_MAX_LENGTH, ID_MAX_LENGTH, NAMESPACE_MAX_LENGTH
+from sherdlock.strategies import MAX_TOKENS
 from tokens.models import MAX_QUANTITY, TokenRow, TxClaim
 
 if TYPE_CHECKING:
     pass
 
 FENCE_SEQUENCE = "locks_fence_seq"
+
+# Digits of the largest total a selection (or one of its legs) can lock: `consolidate` may take
+# up to MAX_TOKENS tokens, each of up to MAX_QUANTITY; every other strategy stops below twice the
+# largest quantity.
+TOTAL_DIGITS = len(str(MAX_TOKENS * int(MAX_QUANTITY)))
 
 
 class NextFence(models.Func):
@@ -155,7 +161,7 @@ class Selection(models.Model):
     wallet = models.CharField(max_length=ID_MAX_LENGTH)
     currency = models.CharField(max_length=CURRENCY_MAX_LENGTH)
     quantity = models.DecimalField(max_digits=20, decimal_places=0)
-    total = models.DecimalField(max_digits=21, decimal_places=0)
+    total = models.DecimalField(max_digits=TOTAL_DIGITS, decimal_places=0)
     fence = models.BigIntegerField(db_default=NextFence())
     token_ids = ArrayField(models.BigIntegerField(), default=list)
     # The tokens its spend created, in output order: exactly what a repeated spend compares

@@ -101,7 +101,7 @@ def spend_selection(
 
     Repeating the same spend answers the same outputs with ``changed`` False. The outputs must
     sum exactly to the selection's total in its currency. Every lock must still be held by this
-    selection (same fence) and unexpired, checked under the token rows' locks.
+    selection (same fence) and unexpired, checked under the token and lock rows' locks.
     """
     params = _params(namespace, tx_id, wallets)
     params.update(

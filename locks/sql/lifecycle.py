@@ -7,9 +7,10 @@ Then, as everywhere (see ``locks.sql.locking``), token rows before lock rows, lo
 token-id order. Every statement decides in SQL and returns a ``verdict`` the service maps to
 an answer; when the verdict is not "ok" nothing was written.
 
-A lock row's lease is tested as ``(l.expires_at > now()) IS TRUE``, which no index answers,
-so that the rows are found by the selection's key (wallet, spender, fence) and never through the
-expiry index, whose cost the statistics misjudge: ``locks.sql.locking.FREE`` says why.
+A lock row's lease is tested only once its row is found by the selection's key (wallet,
+spender, fence), never through the expiry index, whose cost the statistics misjudge
+(``locks.sql.locking.FREE`` says why): a reader tests ``(l.expires_at > now()) IS TRUE``, which
+no index answers; a spend or an extension tests it under the lock rows' locks (``LEASE``).
 
 Composed with ``str.format`` at import, like ``locking``.
 """
@@ -86,15 +87,44 @@ STORED_OUTPUTS = """(SELECT json_agg(json_build_array(t.id, t."index", t.wallet,
         FROM unnest((SELECT output_ids FROM sel)) WITH ORDINALITY AS o(id, n)
         JOIN tokens_token t ON t.id = o.id)"""
 
+# The selection's lock rows (tx id and fence), taken FOR UPDATE in token-id order (see
+# ``locks.sql.locking``) before anything is judged. The statement's snapshot is as old as its
+# start, and it may have waited since for the selection's row (another operation on it): its
+# lease may have run out meanwhile, and another selection taken the tokens over and committed.
+# Under the row lock READ COMMITTED re-reads a row changed since, so a row taken over (another
+# tx id or fence) or deleted is not this selection's any more, and no one can take one over
+# until this statement ends.
+HELD = """
+held AS MATERIALIZED (
+    SELECT l.token_id, l.expires_at
+    FROM locks_tokenlock l{inputs}
+    WHERE l.wallet = (SELECT wallet FROM sel)
+      AND l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
+      AND (SELECT status FROM sel) = 'locked'
+    ORDER BY l.token_id
+    FOR UPDATE OF l
+),"""
+# When the lease is judged: by the clock, once every lock row is held (the subquery reads all
+# of ``held`` first), not by now(), the statement's (or its transaction's) start. A lock row
+# counts if its lease runs at that moment: ``live``.
+LEASE = """
+lease AS MATERIALIZED (
+    SELECT h.locked, clock_timestamp() AS at FROM (SELECT count(*) AS locked FROM held) h
+),
+live AS MATERIALIZED (
+    SELECT token_id FROM held WHERE (expires_at > (SELECT at FROM lease)) IS TRUE
+),"""
+
 # Mark the inputs spent and create the outputs, all or nothing, durably (a spend is never
 # committed asynchronously). The token rows are taken FOR UPDATE and re-checked unspent, then
-# every one must still be locked by this selection (tx id and fence) with its lease running;
-# the outputs must conserve its value: in its currency, summing to its total (per leg, for a
-# selection with legs: ``locks.sql.legs.NOT_CONSERVED``). An output identity that
-# exists already makes the INSERT, hence the whole statement, fail (output_conflict). The spent
-# tokens' lock rows go with the spend (in token-id order): a lock row always means a live hold
-# on an unspent token, so the lock table alone tells what is held. (Another replica's stale
-# cache cannot lock a spent token: the locking statements re-check it under its row lock.)
+# every one must still be locked by this selection (tx id and fence) with its lease running,
+# judged under the lock rows' locks (HELD, LEASE); the outputs must conserve its value: in its
+# currency, summing to its total (per leg, for a selection with legs:
+# ``locks.sql.legs.NOT_CONSERVED``). An output identity that exists already makes the INSERT,
+# hence the whole statement, fail (output_conflict). The spent tokens' lock rows go with the
+# spend: a lock row always means a live hold on an unspent token, so the lock table alone tells
+# what is held. (Another replica's stale cache cannot lock a spent token: the locking statements
+# re-check it under its row lock.) Stamped with the moment its lease was judged.
 SPEND = """
 WITH{selection}
 inputs AS MATERIALIZED (
@@ -105,13 +135,7 @@ inputs AS MATERIALIZED (
     ORDER BY t.id
     FOR UPDATE OF t
 ),
-held AS MATERIALIZED (
-    SELECT count(*) AS n
-    FROM inputs i JOIN locks_tokenlock l ON l.token_id = i.id
-    WHERE l.wallet = (SELECT wallet FROM sel)
-      AND l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
-      AND (l.expires_at > now()) IS TRUE
-),
+{held}
 asked AS MATERIALIZED (
     SELECT o.n AS position, o.idx, o.wallet, o.currency, o.quantity
     FROM unnest(%(indexes)s::int[], %(output_wallets)s::text[], %(currencies)s::text[],
@@ -124,13 +148,13 @@ verdict AS MATERIALIZED (
         WHEN (SELECT status FROM sel) = 'released' THEN 'released'
         WHEN {not_conserved} THEN 'not_conserved'
         WHEN (SELECT status FROM sel) <> 'locked'
-             OR (SELECT n FROM held) <> cardinality((SELECT token_ids FROM sel))
+             OR (SELECT count(*) FROM live) <> cardinality((SELECT token_ids FROM sel))
             THEN 'lease_lost'
         ELSE 'ok'
     END AS value
 ),
 spent AS (
-    UPDATE tokens_token t SET spent_by = %(tx_id)s::text, spent_at = now()
+    UPDATE tokens_token t SET spent_by = %(tx_id)s::text, spent_at = (SELECT at FROM lease)
     FROM inputs i
     WHERE t.id = i.id AND t.wallet = (SELECT wallet FROM sel)
       AND (SELECT value FROM verdict) = 'ok'
@@ -146,18 +170,13 @@ created AS (
 ),
 unlocked AS (
     DELETE FROM locks_tokenlock
-    WHERE wallet = (SELECT wallet FROM sel) AND token_id IN (
-        SELECT l.token_id FROM locks_tokenlock l JOIN inputs i ON i.id = l.token_id
-        WHERE l.wallet = (SELECT wallet FROM sel)
-          AND l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
-          AND (SELECT value FROM verdict) = 'ok'
-        ORDER BY l.token_id
-        FOR UPDATE OF l)
+    WHERE wallet = (SELECT wallet FROM sel) AND token_id IN (SELECT token_id FROM held)
+      AND (SELECT value FROM verdict) = 'ok'
     RETURNING token_id
 ),
 done AS (
     UPDATE locks_selection s
-    SET status = 'spent', spent_at = now(),
+    SET status = 'spent', spent_at = (SELECT at FROM lease),
         output_ids = (SELECT array_agg(c.id ORDER BY a.position)
                       FROM created c JOIN asked a ON a.idx = c."index")
     WHERE s.id = (SELECT id FROM sel) AND s.wallet = (SELECT wallet FROM sel)
@@ -177,6 +196,7 @@ SELECT (SELECT value FROM verdict) AS verdict,
        ELSE {stored_outputs} END AS outputs{row}
 """.format(
     selection=SELECTION.format(after="", owner=OWNER),
+    held=HELD.format(inputs="\n    JOIN inputs i ON i.id = l.token_id") + LEASE,
     columns=SELECTION_COLUMNS,
     row=SELECTION_ROW,
     stored_outputs=STORED_OUTPUTS,
@@ -221,22 +241,15 @@ SELECT CASE WHEN x.id IS NULL THEN 'not_found'
 """
 
 # Renew every lock of the selection, all or none: each must still be held (tx id, fence, lease
-# running). Lock rows are taken in token-id order, like a takeover takes them, so a renewal
-# racing a takeover cannot deadlock. Capped at the selection's maximum lifetime.
+# running), judged under the lock rows' locks (HELD, LEASE). Lock rows are taken in token-id
+# order, like a takeover takes them, so a renewal racing a takeover cannot deadlock. Renewed
+# from the moment the lease was judged, capped at the selection's maximum lifetime.
 EXTEND = """
-WITH{commit}{selection}
-live AS MATERIALIZED (
-    SELECT l.token_id FROM locks_tokenlock l
-    WHERE l.wallet = (SELECT wallet FROM sel)
-      AND l.spender_tx_id = %(tx_id)s::text AND l.fence = (SELECT fence FROM sel)
-      AND (l.expires_at > now()) IS TRUE AND (SELECT status FROM sel) = 'locked'
-    ORDER BY l.token_id
-    FOR UPDATE OF l
-),
+WITH{commit}{selection}{held}
 renewed AS (
     UPDATE locks_tokenlock l
     SET expires_at = least(
-        now() + %(seconds)s::float8 * interval '1 second',
+        (SELECT at FROM lease) + %(seconds)s::float8 * interval '1 second',
         (SELECT created_at FROM sel) + %(max_lease)s::float8 * interval '1 second')
     WHERE l.wallet = (SELECT wallet FROM sel) AND l.token_id IN (SELECT token_id FROM live)
       AND (SELECT count(*) FROM live) = cardinality((SELECT token_ids FROM sel))
@@ -263,6 +276,7 @@ def _lease_statement(template: str, durable: bool) -> str:
     return template.format(
         commit="" if durable else ASYNC_COMMIT,
         selection=SELECTION.format(after="" if durable else ", commit_mode", owner=OWNER),
+        held=HELD.format(inputs="") + LEASE,
         columns=SELECTION_COLUMNS,
         row=SELECTION_ROW,
         # Released funds may be what requests of its keys wait for: wake those queues' heads.

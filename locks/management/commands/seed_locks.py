@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 from common.commands import DatabaseCommand
 from locks.sql.seeding import LOCK_CHUNK, PICK
+from sherdlock.strategies import MAX_TOKENS
 
 CHUNK = 20_000
 
@@ -32,7 +33,7 @@ class Command(DatabaseCommand):
             "--tokens-per-tx",
             type=int,
             default=4,
-            help="tokens per seeded selection (one spender tx id each)",
+            help=f"tokens per seeded selection (one spender tx id each; at most {MAX_TOKENS})",
         )
         parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -41,6 +42,9 @@ class Command(DatabaseCommand):
         fraction, per_tx = options["expired_fraction"], options["tokens_per_tx"]
         if count < 1 or per_tx < 1:
             raise CommandError("--count and --tokens-per-tx must be at least 1")
+        if per_tx > MAX_TOKENS:
+            # No selection locks more tokens: its total column is sized for no more.
+            raise CommandError(f"--tokens-per-tx must be at most {MAX_TOKENS}")
         if ttl <= 0:
             raise CommandError("--ttl-seconds must be positive")
         if not 0 <= fraction <= 1:
