@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import select
 import socket
 import ssl
 import threading
@@ -33,12 +34,13 @@ class Connection:
         """Tell whether the server closed this idle connection (or sent what nobody asked)."""
         if isinstance(self.sock, ssl.SSLSocket):
             return False  # TLS records arrive unasked (session tickets): tell by the exchange
+        # Readable while idle: at its end, or holding bytes no request asked for. (A peek
+        # would wait for the socket's timeout.)
         try:
-            return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) is not None
-        except BlockingIOError:
-            return False
-        except OSError:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
             return True
+        return bool(readable)
 
     def close(self) -> None:
         self.sock.close()
