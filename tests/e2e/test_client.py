@@ -30,6 +30,8 @@ from sherdlock_client import (
     NotLocked,
     Output,
     PermissionDenied,
+    RateLimited,
+    Retry,
     RetryPolicy,
     Strategy,
     TxIdConflict,
@@ -39,6 +41,7 @@ from sherdlock_client import (
 
 from tests.e2e.servers import web_server
 from tests.e2e.test_serve import free_port
+from tests.helpers.http_proxy import DROP_ANSWER, answer, fault_proxy
 
 
 @pytest.fixture
@@ -119,7 +122,7 @@ async def scenario(api: Awaited, base: str) -> None:
         outputs.append(Output(1, "alice", "USD", selection.change))
     spent = await api.spend("pay-1", outputs)
     assert spent.selection.status == "spent" and spent.selection.spent_at is not None
-    assert [(o.wallet, o.quantity) for o in spent.outputs][0] == ("bob", 70)
+    assert (spent.outputs[0].wallet, spent.outputs[0].quantity) == ("bob", 70)
     await asyncio.sleep(0.3)
     assert not keeper.running and not keeper.lost  # stopped by the spend, not lost
     assert (await api.spend("pay-1", outputs)).outputs == spent.outputs  # a repeat
@@ -230,3 +233,75 @@ def test_both_variants_have_the_same_methods():
         }
 
     assert surface(Client) == surface(AsyncClient)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("variant", ["sync", "async"])
+def test_retries_follow_the_protocol(server, variant):
+    key = api_key()
+    retries: list[Retry] = []
+    pauses: list[float] = []
+
+    async def pause(seconds: float) -> None:
+        pauses.append(seconds)
+
+    async def run() -> None:
+        with fault_proxy(server) as proxy:
+            client = clients(proxy.base, key, variant, on_retry=retries.append)
+            # The pauses are recorded, not slept; what the client waits for is checked.
+            client._sleep = pauses.append if variant == "sync" else pause
+            api = Awaited(client)
+            await api.issue(mint("alice", "USD", *range(1, 21)))
+
+            # 429 and 503: sent again after Retry-After, stretched by jitter.
+            proxy.plan(answer(429, "rate_limited", retry_after="1"))
+            first = await api.select("r-1", "alice", "USD", 10)
+            assert first.created
+            assert [(r.reason, r.number) for r in retries] == [("rate_limited", 1)]
+            assert 1.0 <= pauses[-1] == retries[-1].delay <= 1.25
+            proxy.plan(*[answer(503, "database_unavailable", retry_after="2")] * 2)
+            assert (await api.balances("alice"))["USD"].locked == first.total
+            assert [r.reason for r in retries[1:]] == ["database_unavailable"] * 2
+            assert [r.number for r in retries[1:]] == [1, 2]
+            assert all(2.0 <= p <= 2.5 for p in pauses[1:])
+
+            # A select whose answer is lost is sent again: one selection, answered as a repeat.
+            retries.clear()
+            proxy.plan(DROP_ANSWER)
+            second = await api.select("r-2", "alice", "USD", 10)
+            assert not second.created  # the lost first answer had made it
+            assert [r.reason for r in retries] == ["answer_lost"]
+            assert [s.tx_id for s in await api.selections(wallet="alice")] == ["r-2", "r-1"]
+            held = await api.locks(wallet="alice")
+            assert sorted(lock.spender_tx_id for lock in held) == sorted(
+                ["r-1"] * first.inputs + ["r-2"] * second.inputs
+            )
+            assert (await api.balances("alice"))["USD"].locked == first.total + second.total
+
+            # So are spend, release and extend; issuing is not (a repeat answers created=0).
+            for call in (
+                api.extend("r-1", 300),
+                api.release("r-1"),
+                api.spend("r-2", [Output(0, "bob", "USD", second.total)]),
+            ):
+                retries.clear()
+                proxy.plan(DROP_ANSWER)
+                await call
+                assert [r.reason for r in retries] == ["answer_lost"]
+            assert (await api.selection("r-1")).status == "released"
+            assert (await api.selection("r-2")).status == "spent"
+            retries.clear()
+            proxy.plan(DROP_ANSWER)
+            with pytest.raises(AnswerLost):
+                await api.issue(mint("carol", "USD", 5))
+            assert retries == []
+            assert (await api.issue(mint("carol", "USD", 5))).created == 0
+
+            # A pause past the call's deadline is not taken: the refusal is raised.
+            proxy.plan(answer(429, "rate_limited", retry_after="5"))
+            with pytest.raises(RateLimited) as limited:
+                await api.select("r-3", "alice", "USD", 1, retry_for=1)
+            assert limited.value.retry_after == 5 and retries == []
+            await api.close()
+
+    asyncio.run(run())
