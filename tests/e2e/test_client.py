@@ -305,3 +305,49 @@ def test_retries_follow_the_protocol(server, variant):
             await api.close()
 
     asyncio.run(run())
+
+
+# Run by the fresh virtualenv's Python: the client alone, against the server at argv[1].
+ALONE = """
+import sys
+try:
+    import django
+except ImportError:
+    pass
+else:
+    sys.exit("django is importable")
+from sherdlock_client import Client, NewToken
+
+with Client(sys.argv[1], sys.argv[2]) as client:
+    client.issue([NewToken("alone", 0, "alice", "USD", 2**64 - 1)])
+    selection = client.select("alone-1", "alice", "USD", 2**64 - 1)
+    assert selection.total == 2**64 - 1, selection
+    client.release("alone-1")
+    assert client.balances("alice")["USD"].available == 2**64 - 1
+print("ok")
+"""
+
+
+@pytest.mark.timeout(240)
+def test_the_client_distribution_installs_and_works_alone(server, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.helpers.processes import ROOT
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    subprocess.run([python, "-m", "pip", "install", "--quiet", str(ROOT / "client")], check=True)
+    listed = subprocess.run(
+        [python, "-m", "pip", "list", "--format", "freeze"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    installed = {line.split("==")[0].lower() for line in listed.stdout.split()}
+    assert installed - {"pip", "setuptools"} == {"sherdlock-client"}
+    done = subprocess.run(
+        [python, "-c", ALONE, server, api_key()], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
