@@ -330,6 +330,7 @@ print("ok")
 
 @pytest.mark.timeout(240)
 def test_the_client_distribution_installs_and_works_alone(server, tmp_path):
+    import shutil
     import subprocess
     import sys
 
