@@ -336,10 +336,14 @@ def test_the_client_distribution_installs_and_works_alone(server, tmp_path):
 
     from tests.helpers.processes import ROOT
 
+    # A copy: building writes beside the sources.
+    source = shutil.copytree(
+        ROOT / "client", tmp_path / "client", ignore=shutil.ignore_patterns("build", "*.egg-info")
+    )
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = str(venv / "bin" / "python")
-    subprocess.run([python, "-m", "pip", "install", "--quiet", str(ROOT / "client")], check=True)
+    subprocess.run([python, "-m", "pip", "install", "--quiet", str(source)], check=True)
     listed = subprocess.run(
         [python, "-m", "pip", "list", "--format", "freeze"],
         capture_output=True,
