@@ -208,6 +208,12 @@ class Calls:
         query = {"wallet": wallet, "currency": currency, "spent": flag, "page_size": page_size}
         return self._call("GET", "tokens/", _page(Token.parse), query=query)
 
+    def alive(self) -> Call[bool]:
+        # The probe lives at the server's root, beside /api/v1/.
+        target = self.server.root.removesuffix(_http.API_PREFIX) + "/healthz"
+        data = _http.request("GET", target, self._head)
+        return Call("GET", target, data, True, _read_ok)
+
     def next_page(self, call: Call[Page[T]], target: str) -> Call[Page[T]]:
         """Return ``call`` for the page at ``target`` (a listing's ``next``)."""
         data = _http.request("GET", target, self._head)
@@ -219,6 +225,10 @@ def _read(parse: Callable[[dict[str, Any]], T]) -> Callable[[int, Any], T]:
         return parse(data)
 
     return read
+
+
+def _read_ok(status: int, data: Any) -> bool:
+    return status == 200
 
 
 def _read_selection(status: int, data: Any) -> Selection:

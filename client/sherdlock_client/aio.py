@@ -182,6 +182,10 @@ class AsyncClient:
         """Return the unspent, locked and available quantities of ``wallet`` per currency."""
         return await self._run(self._calls.balances(wallet, currency), retry_for)
 
+    async def alive(self, *, retry_for: float | None = None) -> bool:
+        """Return True when the web server answers its liveness probe (``/healthz``)."""
+        return await self._run(self._calls.alive(), retry_for)
+
     def selections(
         self,
         wallet: str | None = None,

@@ -184,6 +184,10 @@ class Client:
         """Return the unspent, locked and available quantities of ``wallet`` per currency."""
         return self._run(self._calls.balances(wallet, currency), retry_for)
 
+    def alive(self, *, retry_for: float | None = None) -> bool:
+        """Return True when the web server answers its liveness probe (``/healthz``)."""
+        return self._run(self._calls.alive(), retry_for)
+
     def selections(
         self,
         wallet: str | None = None,

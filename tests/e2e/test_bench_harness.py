@@ -352,6 +352,7 @@ def test_the_auditor_catches_overlapping_holds_and_double_spends():
     assert spent_twice(fine, {2: "c", 7: "ghost"}) == 1
 
 
+@pytest.mark.timeout(600)
 def test_the_clients_cost_is_reported_beside_a_bare_loop(run):
     data, _, done = run
     section = data["client_cpu"]

@@ -92,6 +92,7 @@ async def scenario(api: Awaited, base: str) -> None:
         *mint("carol", "USD", 7, 13, 25, 40),
         *mint("dave", "USD", 10),
     ]
+    assert await api.alive()
     issued = await api.issue(tokens)
     assert issued.created == len(tokens) and issued.tokens[0].quantity == 50
     assert (await api.issue(tokens)).created == 0  # identical tokens are kept, not doubled
