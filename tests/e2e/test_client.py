@@ -84,7 +84,7 @@ def mint(wallet: str, currency: str, *quantities: int, tx: str = "mint") -> list
     return [NewToken(f"{tx}-{wallet}", i, wallet, currency, q) for i, q in enumerate(quantities)]
 
 
-async def scenario(api: Awaited, base: str) -> None:
+async def scenario(api: Awaited, base: str, key: str) -> None:
     """Call every method of the client, answers and errors."""
     tokens = [
         *mint("alice", "USD", 50, 30, 20),
@@ -177,6 +177,20 @@ async def scenario(api: Awaited, base: str) -> None:
     assert (await api.select("lk-2", "dave", "USD", 5, wait=1)).created
     with pytest.raises(ValueNotConserved):
         await api.spend("lk-2", [Output(0, "dave", "USD", 1)])
+
+    # A lease released elsewhere is lost to its keeper, which stops and says so.
+    await api.select("lost-1", "alice", "USD", 1)
+    lost: list[str] = []
+    keeper = api.client.keep_alive("lost-1", 0.1, on_lost=lambda: lost.append("lost-1"))
+    keeper.start()
+    elsewhere = Awaited(type(api.client)(base, key))
+    await elsewhere.release("lost-1")
+    for _ in range(200):
+        if lost:
+            break
+        await asyncio.sleep(0.05)
+    assert lost == ["lost-1"] and keeper.lost
+    await elsewhere.close()
     with pytest.raises(NotFound):
         await api.selection("nope")
     with pytest.raises(Invalid) as invalid:
@@ -211,7 +225,7 @@ def test_every_method_against_a_live_server(server, variant):
 
     async def run() -> None:
         client = clients(server, key, variant)
-        await scenario(Awaited(client), server)
+        await scenario(Awaited(client), server, key)
         assert client.connections_opened <= 3  # kept alive, not one per call
         with pytest.raises(AuthenticationFailed):
             await Awaited(clients(server, "wrong.key", variant)).balances("alice")
