@@ -36,9 +36,9 @@ T = TypeVar("T")
 class AsyncClient:
     """Call the Sherdlock API at ``base_url`` from asyncio: as ``Client``, each method awaited.
 
-    Connections are kept alive in a pool that the client's tasks share (one event loop). ``timeout``
-    bounds the wait for each answer (stretched by a select's ``wait``), ``connect_timeout``
-    each connection. Calls are retried as ``retries`` says; ``on_retry`` is told of each
+    Connections are kept alive in a pool that the client's tasks share (one event loop).
+    ``timeout`` bounds the wait for each answer (stretched by a select's ``wait``),
+    ``connect_timeout`` each connection. Calls are retried as ``retries`` says; ``on_retry`` is told of each
     retry before its pause.
     """
 
