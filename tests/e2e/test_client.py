@@ -312,6 +312,19 @@ def test_retries_follow_the_protocol(server, variant):
             assert retries == []
             assert (await api.issue(mint("carol", "USD", 5))).created == 0
 
+            # funds_locked is retried after the server's hint when the caller asks, up to the
+            # policy's most attempts.
+            await api.issue(mint("dave", "USD", 10))
+            await api.select("held", "dave", "USD", 10)
+            retries.clear()
+            with pytest.raises(FundsLocked):
+                await api.select("r-4", "dave", "USD", 5)
+            assert retries == []
+            with pytest.raises(FundsLocked):
+                await api.select("r-4", "dave", "USD", 5, retry_locked_for=1000)
+            assert [r.reason for r in retries] == ["funds_locked"] * 5
+            retries.clear()
+
             # A pause past the call's deadline is not taken: the refusal is raised.
             proxy.plan(answer(429, "rate_limited", retry_after="5"))
             with pytest.raises(RateLimited) as limited:
