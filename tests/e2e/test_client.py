@@ -384,3 +384,28 @@ def test_the_client_distribution_installs_and_works_alone(server, tmp_path):
         [python, "-c", ALONE, server, api_key()], capture_output=True, text=True, cwd=tmp_path
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("variant", ["sync", "async"])
+def test_an_idle_connection_the_server_closed_is_not_used(server, variant):
+    """Issuing is not sent again after a lost answer: it must not go out on a dead connection."""
+    key = api_key()
+
+    async def run() -> None:
+        client = clients(server, key, variant, on_retry=retried.append)
+        api = Awaited(client)
+        await api.issue(mint("alice", "USD", 1))
+        (idle,) = client._pool._idle
+        # The web server closes a kept-alive connection that stays idle (its keepalive).
+        for _ in range(600):
+            if idle.dropped():
+                break
+            await asyncio.sleep(0.05)
+        assert idle.dropped()
+        assert (await api.issue(mint("alice", "USD", 1, 2, tx="more"))).created == 2
+        assert retried == [] and client.connections_opened == 2
+        await api.close()
+
+    retried: list[Retry] = []
+    asyncio.run(run())
