@@ -38,8 +38,8 @@ class AsyncClient:
 
     Connections are kept alive in a pool that the client's tasks share (one event loop).
     ``timeout`` bounds the wait for each answer (stretched by a select's ``wait``),
-    ``connect_timeout`` each connection. Calls are retried as ``retries`` says; ``on_retry`` is told of each
-    retry before its pause.
+    ``connect_timeout`` each connection. Calls are retried as ``retries`` says; ``on_retry``
+    is told of each retry before its pause.
     """
 
     def __init__(
