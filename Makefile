@@ -18,11 +18,13 @@ help:
 	@echo "make browser    install Debian's chromium for the browser tests (apt-get)"
 	@echo "make pgbouncer  install Debian's pgbouncer for the connection-pooling tests (apt-get)"
 
-$(STAMP): pyproject.toml
+# The API's client is a distribution of its own (client/), installed beside the server for the
+# tests and the benchmark.
+$(STAMP): pyproject.toml client/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (set PYTHON=python3.11)")'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]' -e ./client
 	touch $(STAMP)
 
 # The browser tests drive Debian's Chromium (Playwright's own browser download is not used).
@@ -69,8 +71,9 @@ bench: $(BENCH_STAMP) pgbouncer
 bench-admin: $(STAMP)
 	$(PY) -m bench.admin_pages $(BENCH_ARGS)
 
-# The core is typed strictly; the apps (and the tests' worker programs) with the Django and DRF
-# plugins, not strictly ([tool.mypy] in pyproject.toml).
+# The core and the client are typed strictly; the apps (and the tests' worker programs) with the
+# Django and DRF plugins, not strictly ([tool.mypy] in pyproject.toml).
+MYPY_STRICT := sherdlock/ client/sherdlock_client/
 MYPY_APPS := locks tokens clients common config tests/workers
 
 # Two workers: the end-to-end tests one after another on one of them, the unit and integration
@@ -81,7 +84,7 @@ test: $(STAMP) browser pgbouncer
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports
-	$(PY) -m mypy --strict sherdlock/
+	$(PY) -m mypy --strict $(MYPY_STRICT)
 	$(PY) -m mypy $(MYPY_APPS)
 	$(PY) -m pytest --numprocesses $(PYTEST_WORKERS) --dist load $(PYTEST_ARGS)
 
@@ -92,7 +95,7 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports
-	$(PY) -m mypy --strict sherdlock/
+	$(PY) -m mypy --strict $(MYPY_STRICT)
 	$(PY) -m mypy $(MYPY_APPS)
 
 # Both migrate first: on a fresh database (after `make test`, say) there are no tables yet.

@@ -1,72 +1,87 @@
 """The chain over HTTP: N client threads spread over a few processes, against ``make run``'s server.
 
 Each thread selects 1 (``POST /api/v1/selections/``), spends its selection (1 to the payee,
-the change back) and retries ``funds_locked`` (and ``429``, counted) after the ``Retry-After``
-header with a little jitter. With ``--chain-wait SECONDS`` each selection also asks the server
-to wait that long for the funds instead of answering ``funds_locked`` at once: an RFC 7240
-``Prefer: wait=N`` header and a ``wait`` field (servers that do not know them ignore both).
+the change back), through the API's client (``sherdlock_client.Client``, one per process,
+shared by its threads), which retries ``funds_locked`` (and ``429``, counted) after the
+server's hint with a little jitter. With ``--chain-wait SECONDS`` each selection also asks the
+server to wait that long for the funds instead of answering ``funds_locked`` at once (the
+request's ``wait``, as RFC 7240's ``Prefer: wait=N``).
 The server runs with the shipped defaults (rate limits and worker count as ``make run``).
 """
 
 from __future__ import annotations
 
+import math
 import multiprocessing
-import random
 import threading
 import time
+from collections import Counter
+from typing import TYPE_CHECKING
 
 from bench import chain, database, strategies
-from bench.chain import PAYEE, WALLET, Payment, jittered
-from bench.http_client import Api
+from bench.chain import PAYEE, WALLET, Payment
 from bench.strategies import HTTP
-from bench.web import API, api_key, outputs, unavailable
+from bench.web import api_key, outputs, unavailable
 from bench.web_server import Server
 
+if TYPE_CHECKING:
+    from sherdlock_client import Client, Retry
+
 START_DELAY = 0.2
-RETRY_CODES = ("funds_locked",)
+# A payment retries until its deadline, however many times that takes.
+ATTEMPTS = 1_000_000
+
+
+class Retries(threading.local):
+    """The retries of each thread's current payment, by reason (the client's hook)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def __call__(self, retry: Retry) -> None:
+        self.counts[retry.reason] += 1
 
 
 def _pay(
-    api: Api, number: int, tag: str, wait: float | None, rng: random.Random, end_at: float
+    api: Client, retries: Retries, number: int, tag: str, wait: float | None, end_at: float
 ) -> Payment:
+    from sherdlock_client import ClientError, FundsLocked, Output, RateLimited
+
     tx_id = f"{tag}-{number}"
-    body = {"tx_id": tx_id, "wallet": WALLET, "currency": "USD", "quantity": "1"}
-    headers = {}
-    if wait is not None:
-        body["wait"] = wait
-        headers["Prefer"] = f"wait={wait:g}"
-    started, attempts, locked, limited = time.monotonic(), 0, 0, 0
+    started = time.monotonic()
+    retries.counts.clear()
 
     def failed(error: str) -> Payment:
+        locked, limited = retries.counts["funds_locked"], retries.counts["rate_limited"]
+        attempts = 1 + retries.counts.total()
         return Payment(
             number, tx_id, started, None, time.monotonic(), attempts, locked, limited, error, ()
         )
 
-    while True:
-        if time.monotonic() >= end_at:
-            return failed("timed out")
-        attempts += 1
-        try:
-            status, answer, retry = api.post(API, body, headers)
-        except OSError as exc:
-            return failed(f"connection: {exc!r}"[:300])
-        if status in (200, 201):
-            break
-        if status == 429 or (status == 409 and answer.get("code") in RETRY_CODES):
-            if status == 429:
-                limited += 1
-            else:
-                locked += 1
-            pause = jittered(retry if retry is not None else 1.0, rng)
-            time.sleep(max(0.0, min(pause, end_at - time.monotonic())))
-            continue
-        return failed(f"{status} {answer.get('code', '')}")
+    left = max(0.0, end_at - started)
+    try:
+        selection = api.select(
+            tx_id,
+            WALLET,
+            "USD",
+            1,
+            wait=math.ceil(wait or 0),
+            retry_locked_for=left,
+            retry_for=left,
+        )
+    except (FundsLocked, RateLimited):
+        return failed("timed out")  # the next retry would start after the deadline
+    except ClientError as exc:
+        return failed(f"{exc.status or 'connection'} {exc.code}: {exc.detail}"[:300])
     selected = time.monotonic()
-    tokens = tuple(f"{t['tx_id']}:{t['index']}" for t in answer["tokens"])
-    spend = outputs(WALLET, "USD", int(answer["total"]), 1, PAYEE)
-    status, answer, _ = api.post(f"{API}{tx_id}/spend/", {"outputs": spend})
-    if status != 200:
-        return failed(f"spend {status} {answer.get('code', '')}")
+    locked, limited = retries.counts["funds_locked"], retries.counts["rate_limited"]
+    attempts = 1 + retries.counts.total()
+    tokens = tuple(f"{t.tx_id}:{t.index}" for t in selection.tokens)
+    spend = outputs(WALLET, "USD", selection.total, 1, PAYEE)
+    try:
+        api.spend(tx_id, [Output(**o) for o in spend])
+    except ClientError as exc:
+        return failed(f"spend {exc.status} {exc.code}")
     return Payment(
         number, tx_id, started, selected, time.monotonic(), attempts, locked, limited, "", tokens
     )
@@ -87,25 +102,28 @@ def client(
     results,
 ) -> None:  # pragma: no cover - runs in a client process
     """Run this process's payments (a thread each, or in sequence); put the payments."""
+    from sherdlock_client import Client, RetryPolicy
+
     out: list[Payment] = []
     local_go = threading.Event()
+    retries = Retries()
+    api = Client(
+        f"http://127.0.0.1:{port}",
+        key,
+        retries=RetryPolicy(retry_for=timeout, attempts=ATTEMPTS, jitter=chain.JITTER),
+        on_retry=retries,
+    )
 
-    def thread(share: tuple[int, ...], rng: random.Random) -> None:
-        api = Api(port, key)
+    def thread(share: tuple[int, ...]) -> None:
         local_go.wait()
         start_at = start.value
         time.sleep(max(0.0, start_at - time.monotonic()))
         for number in share:
-            out.append(_pay(api, number, tag, wait, rng, start_at + timeout))
-        api.close()
+            out.append(_pay(api, retries, number, tag, wait, start_at + timeout))
 
     shares = [(n,) for n in numbers] if concurrent else [numbers]
     threads = [
-        threading.Thread(
-            target=thread, daemon=True, args=(share, random.Random(seed * 100_003 + share[0]))
-        )
-        for share in shares
-        if share
+        threading.Thread(target=thread, daemon=True, args=(share,)) for share in shares if share
     ]
     for t in threads:
         t.start()
@@ -114,6 +132,7 @@ def client(
     local_go.set()
     for t in threads:
         t.join()
+    api.close()
     results.put(out)
 
 

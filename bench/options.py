@@ -104,6 +104,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="seconds per housekeeping point (default 8; the clean-up they sample takes ~50)",
     )
     parser.add_argument(
+        "--client-cycles",
+        type=int,
+        default=2000,
+        help="cycles of the API client's CPU cost against a bare http.client loop "
+        "(bench.client_cpu); 0 skips it",
+    )
+    parser.add_argument(
         "--chain-payments",
         type=int,
         default=100,

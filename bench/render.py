@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import cpu, selection_strategies, web_server
+from bench import client_cpu, cpu, selection_strategies, web_server
 from bench.strategies import ALL, BASELINES, HTTP, OURS, REFERENCE
 
 
@@ -263,6 +263,7 @@ def render(data: dict) -> str:
     lines = selection_table(data["points"])
     lines += reference_table(data["points"])
     lines += http_table(data.get("http") or [])
+    lines += client_cpu.describe(data.get("client_cpu"))
     lines += housekeeping_table(data.get("housekeeping"))
     lines += chain_table(data.get("chain"))
     lines += pgbouncer_table(data.get("pgbouncer"))

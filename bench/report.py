@@ -137,6 +137,7 @@ def build(
         "elapsed_s": round(elapsed, 1),
         "points": points,
         "http": sections.get("http", []),
+        "client_cpu": sections.get("client_cpu"),
         "housekeeping": sections.get("housekeeping"),
         "chain": sections.get("chain"),
         "pgbouncer": sections.get("pgbouncer"),

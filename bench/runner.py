@@ -264,6 +264,7 @@ def _run(args: argparse.Namespace, started: float) -> int:
     from bench import (
         chain,
         chain_http,
+        client_cpu,
         housekeeping,
         plot,
         pooling,
@@ -289,6 +290,8 @@ def _run(args: argparse.Namespace, started: float) -> int:
             sections["http"], note = web.run_all(args, harness, make_workload, say)
             if note:
                 skipped.append({"what": strategies.HTTP, "why": note})
+        if args.client_cycles:
+            sections["client_cpu"] = client_cpu.run(args.client_cycles, say, args)
         if args.housekeeping:
             sections["housekeeping"] = housekeeping.run(args, harness, say)
         if args.pgbouncer_replicas and args.pgbouncer_workloads:

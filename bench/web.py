@@ -1,11 +1,13 @@
 """The HTTP path: the web server as ``make run`` starts it (``bench.web_server``), under a
 multi-process load generator.
 
-Each client process keeps one kept-alive connection (``bench.http_client``), selects through
+Each client process calls through the API's client (``sherdlock_client.Client``, its
+connection kept alive), selects through
 ``POST /api/v1/selections/`` and then spends (``/spend/``: the requested quantity and the change
 back to the wallet) or releases (``/release/``), as the replica processes do in-process. Tokens
 are named by ``tx_id:index`` here, the identity the API exposes. The server runs with the
-shipped defaults, rate limits included: a 429 is counted, and its ``Retry-After`` obeyed.
+shipped defaults, rate limits included: the client retries a 429 after its ``Retry-After``,
+and one it gives up on is counted.
 """
 
 from __future__ import annotations
@@ -14,12 +16,16 @@ import math
 import multiprocessing
 import random
 import time
+from typing import TYPE_CHECKING
 
 from bench import cpu, database, strategies, verify, web_server
-from bench.http_client import Api
 from bench.strategies import HTTP, OURS
 from bench.worker import Record
 from bench.workloads import Workload
+
+# The load's code lives in client processes only; the harness imports this module without it.
+if TYPE_CHECKING:
+    from sherdlock_client import Client
 
 API = "/api/v1/selections/"
 WARM_UP = 2  # select-and-release cycles per client before the clock starts
@@ -73,24 +79,18 @@ def client(
     results,
 ) -> None:  # pragma: no cover - runs in a client process
     """Select, then spend or release, until ``duration`` has passed; put the records."""
+    from sherdlock_client import ClientError, InsufficientFunds, Output, RateLimited
+
     rng = random.Random(seed)
-    api = Api(port, key)
+    api = connect(port, key)
     # Warm the workers (imports, connections, selector) outside the measured window.
     for k in range(WARM_UP):
         warm = f"warm-{index}-{k}"
-        if (
-            api.post(
-                API,
-                {
-                    "tx_id": warm,
-                    "wallet": workload.pick_wallet(rng),
-                    "currency": workload.currency,
-                    "quantity": str(workload.min_quantity),
-                },
-            )[0]
-            == 201
-        ):
-            api.post(f"{API}{warm}/release/")
+        try:
+            api.select(warm, workload.pick_wallet(rng), workload.currency, workload.min_quantity)
+            api.release(warm)
+        except ClientError:
+            pass
     records = []
     barrier.wait()
     end_at = time.monotonic() + duration
@@ -99,42 +99,38 @@ def client(
         n += 1
         tx_id, wallet = f"http-{index}-{n}", workload.pick_wallet(rng)
         quantity = rng.randint(workload.min_quantity, workload.max_quantity)
-        status, body, retry = api.post(
-            API,
-            {
-                "tx_id": tx_id,
-                "wallet": wallet,
-                "currency": workload.currency,
-                "quantity": str(quantity),
-            },
-        )
-        finished = time.monotonic()
-        tokens, action, ended, error, total = (), "", finished, "", 0
-        if status == 201:
+        tokens, action, error, total = (), "", "", 0
+        try:
+            selection = api.select(tx_id, wallet, workload.currency, quantity)
+        except InsufficientFunds as refused:  # funds_locked is one too
+            outcome = refused.code
+        except RateLimited:
+            outcome = "rate_limited"
+        except ClientError as failure:
+            outcome, error = "error", f"{failure.status} {failure.code}"
+        else:
             outcome = "selected"
-            tokens = tuple(f"{t['tx_id']}:{t['index']}" for t in body["tokens"])
-            total = int(body["total"])
+        finished = time.monotonic()
+        ended = finished
+        if outcome == "selected":
+            tokens = tuple(f"{t.tx_id}:{t.index}" for t in selection.tokens)
+            total = selection.total
             if workload.hold:
                 time.sleep(rng.uniform(0, 2 * workload.hold))
-            if rng.random() < workload.spend_ratio:
-                spend = outputs(wallet, workload.currency, total, quantity)
-                status, body, _ = api.post(f"{API}{tx_id}/spend/", {"outputs": spend})
-                action, ended = (
-                    ("spent", math.inf) if status == 200 else ("spend_failed", time.monotonic())
-                )
-            else:
-                ended = time.monotonic()
-                status, body, _ = api.post(f"{API}{tx_id}/release/")
-                action = "released" if status == 200 else "release_failed"
-            if status != 200:
-                error = f"{status} {body.get('code', '')}"
-        elif status == 409 and body.get("code") in ("insufficient_funds", "funds_locked"):
-            outcome = body["code"]
-        elif status == 429:
-            outcome = "rate_limited"
-            time.sleep(max(0.0, min(retry or 1.0, end_at - time.monotonic())))
-        else:
-            outcome, error = "error", f"{status} {body.get('code', '')}"
+            try:
+                if rng.random() < workload.spend_ratio:
+                    action = "spend_failed"
+                    spend = outputs(wallet, workload.currency, total, quantity)
+                    api.spend(tx_id, [Output(**o) for o in spend])
+                    action, ended = "spent", math.inf
+                else:
+                    ended, action = time.monotonic(), "release_failed"
+                    api.release(tx_id)
+                    action = "released"
+            except ClientError as failure:
+                if action == "spend_failed":
+                    ended = time.monotonic()
+                error = f"{failure.status} {failure.code}"
         records.append(
             Record(
                 tx_id,
@@ -156,14 +152,21 @@ def client(
     results.put(records)
 
 
+def connect(port: int, key: str) -> Client:
+    """Return the API's client for the server on ``port``."""
+    from sherdlock_client import Client
+
+    return Client(f"http://127.0.0.1:{port}", key)
+
+
 def probe_client(port: int, barrier, duration: float, results) -> None:  # pragma: no cover
     """Ask ``GET /healthz`` twice per cycle until ``duration`` has passed; put the cycles."""
-    api = Api(port, None)
-    api.get("/healthz")
+    api = connect(port, "")
+    api.alive()
     barrier.wait()
     end_at, cycles = time.monotonic() + duration, 0
     while time.monotonic() < end_at:
-        if api.get("/healthz")[0] != 200 or api.get("/healthz")[0] != 200:
+        if not (api.alive() and api.alive()):
             raise RuntimeError("/healthz did not answer 200")
         cycles += 1
     api.close()

@@ -55,7 +55,6 @@ from sherdlock import (
     SherdlockError,
     TooManyInputs,
 )
-from sherdlock.client import ClientError
 from tokens.services import TokenConflict, TxIdInUse
 
 
@@ -166,7 +165,6 @@ NEVER_ANSWERED: frozenset[type[Exception]] = frozenset(
         ClaimRefused,  # a store refusing a taken tx id: the repeated selection or TxIdConflict
         TxIdTaken,  # the PostgreSQL store's ClaimRefused
         QueueFull,  # a wallet's wait queue is full: the request is answered without waiting
-        ClientError,  # raised by the HTTP client, in its caller's process
         EmbeddedDatabaseError,  # the embedded PostgreSQL did not start
         PgBouncerError,  # the test and benchmark PgBouncer is missing or did not start
     }

@@ -45,8 +45,8 @@ class InsufficientFunds(SherdlockError):
         )
         self.key = key
         self.requested = requested
-        # Unspent quantity not held by other spenders; None when not known (an API answer,
-        # see client.SherdlockClient, that did not say). The selector always knows it.
+        # Unspent quantity not held by other spenders; None when not known. The selector
+        # always knows it.
         self.available = available
 
 

@@ -37,6 +37,8 @@ ONE_POINT = [
     "off",
     "--chain-payments",
     "0",
+    "--client-cycles",
+    "0",
     "--pgbouncer-replicas",
     "0",
     "--selection-strategies",

@@ -54,6 +54,8 @@ TINY = [
     "2",
     "--housekeeping-duration",
     str(HOUSEKEEPING_SECONDS),
+    "--client-cycles",
+    "10",
     "--chain-payments",
     str(CHAIN),
     "--chain-processes",
@@ -77,6 +79,7 @@ REPORT_KEYS = {
     "elapsed_s",
     "points",
     "http",
+    "client_cpu",
     "housekeeping",
     "chain",
     "pgbouncer",
@@ -348,3 +351,12 @@ def test_the_auditor_catches_overlapping_holds_and_double_spends():
     assert spent_twice([*fine, record("f", (2,), 5.0, math.inf, "spent")], {2: "f"}) == 1
     assert spent_twice(fine, {2: "someone-else"}) == 1
     assert spent_twice(fine, {2: "c", 7: "ghost"}) == 1
+
+
+@pytest.mark.timeout(600)
+def test_the_clients_cost_is_reported_beside_a_bare_loop(run):
+    data, _, done = run
+    section = data["client_cpu"]
+    assert section["cycles"] == 10 and section["bound"] == 1.3
+    assert set(section["cpu_ms_per_cycle"]) == {"http.client", "client", "async_client"}
+    assert section["ratio"] > 0 and "Client CPU per select + spend/release cycle" in done.stdout

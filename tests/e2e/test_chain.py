@@ -107,7 +107,7 @@ def test_http_clients_waiting_their_turn_complete_the_chain(subprocess_env, tmp_
             rng = random.Random(n)
             for _ in range(100):
                 # A client that could not wait here (the server had no room) retries after
-                # the hint, with jitter, as SherdlockClient does.
+                # the hint, with jitter, as sherdlock_client does.
                 status, headers, body = post(
                     "",
                     {"tx_id": tx_id, "wallet": "payer", "currency": "USD", "quantity": "1"},

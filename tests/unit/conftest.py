@@ -7,8 +7,6 @@ import random
 import pytest
 
 from sherdlock import InMemoryStore, WalletKey
-from sherdlock.client import SherdlockClient
-from tests.helpers.fake_api import WAIT, serve
 
 
 class FakeClock:
@@ -69,16 +67,3 @@ def make_clock() -> type[FakeClock]:
 def make_sleeper() -> type[FakeSleeper]:
     """Return the fake sleeper class."""
     return FakeSleeper
-
-
-@pytest.fixture
-def api():
-    """A fake API server answering from scripts (tests.helpers.fake_api)."""
-    with serve() as fake:
-        yield fake
-
-
-@pytest.fixture
-def client(api) -> SherdlockClient:
-    """A SherdlockClient of the fake API."""
-    return SherdlockClient(api.url, "prefix.secret", timeout=WAIT)

@@ -2,23 +2,39 @@
 
 Run as ``python -m tests.workers.load_client --base URL --key KEY --out FILE ...``. Each request
 is written as a JSON line (CLOCK_MONOTONIC start and end, status, code), so the test can tell
-when errors happened and when requests succeeded again. The client behaves as a careful
-wallet backend: a request whose answer was lost (the worker died, the connection dropped) or
-that was answered 503 is sent again with the same tx_id, which the API makes idempotent, until
-it gets an answer or its deadline passes. Spends pay the tokens back to the same wallet, so
-the unspent supply never changes.
+when errors happened and when requests succeeded again. It calls through the API's client
+(``sherdlock_client``) as a careful wallet backend would: a request whose answer was lost (the
+worker died, the connection dropped) or that was answered 503 is sent again by the client, with
+the same tx_id, which the API makes idempotent, until it gets an answer or its deadline passes;
+every attempt is written, through the client's retry hook. Spends pay the tokens back to the
+same wallet, so the unspent supply never changes.
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import random
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TextIO, TypeVar
+
+from sherdlock_client import (
+    ApiError,
+    Client,
+    ClientError,
+    Output,
+    Retry,
+    RetryPolicy,
+    Selection,
+)
+
+T = TypeVar("T")
 
 RETRY_FOR = 30.0  # seconds a request is retried before the client gives it up
+ATTEMPTS = 1_000_000  # as many as fit in RETRY_FOR
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -36,91 +52,81 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-class Client:
-    """One keep-alive connection, reopened whenever it breaks; every request is recorded."""
+def failure(error: ClientError) -> tuple[int, str]:
+    """Return the status (0: no answer) and code a failed attempt is written with."""
+    if isinstance(error, ApiError):
+        return error.status or 0, error.code
+    return 0, f"no answer: {type(error).__name__}"
 
-    def __init__(self, base: str, key: str, out) -> None:
-        host, port = base.removeprefix("http://").split(":")
-        self.host, self.port, self.out = host, int(port), out
-        self.headers = {"Authorization": f"Api-Key {key}", "Content-Type": "application/json"}
-        self.conn: http.client.HTTPConnection | None = None
 
-    def once(self, method: str, path: str, body: dict | None) -> tuple[int, dict]:
-        if self.conn is None:
-            self.conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
-        started = time.monotonic()
-        try:
-            self.conn.request(
-                method, path, json.dumps(body) if body is not None else None, self.headers
-            )
-            response = self.conn.getresponse()
-            payload = response.read()
-            status = response.status
-            answer = json.loads(payload) if payload else {}
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            self.conn.close()
-            self.conn = None
-            status, answer = 0, {"code": f"no answer: {type(exc).__name__}"}
-        self.out.write(
-            json.dumps(
-                {
-                    "path": path,
-                    "start": started,
-                    "end": time.monotonic(),
-                    "status": status,
-                    "code": answer.get("code"),
-                }
-            )
-            + "\n"
-        )
+class Recorder:
+    """Write every attempt of every call: the retried ones (hook) and the last one."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.started = 0.0
+
+    def write(self, path: str, status: int, code: str | None) -> None:
+        record: dict[str, Any] = {
+            "path": path,
+            "start": self.started,
+            "end": time.monotonic(),
+            "status": status,
+            "code": code,
+        }
+        self.out.write(json.dumps(record) + "\n")
         self.out.flush()
-        return status, answer
 
-    def call(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-        """Send until answered with anything but 503 or a lost answer, or until RETRY_FOR."""
-        deadline = time.monotonic() + RETRY_FOR
-        while True:
-            status, answer = self.once(method, path, body)
-            if status not in (0, 503) or time.monotonic() > deadline:
-                return status, answer
-            time.sleep(0.05)
+    def retried(self, retry: Retry) -> None:
+        self.write(retry.target, *failure(retry.error))
+        self.started = time.monotonic() + retry.delay  # when the next attempt goes out
+
+    def call(self, path: str, send: Callable[[], T]) -> T | None:
+        """Send one call (retried by the client); return its answer, or None if it failed."""
+        self.started = time.monotonic()
+        try:
+            answer = send()
+        except ClientError as error:
+            self.write(path, *failure(error))
+            return None
+        created = isinstance(answer, Selection) and answer.created
+        self.write(path, 201 if created else 200, None)
+        return answer
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     rng = random.Random(args.seed)
     with open(args.out, "a") as out:
-        client = Client(args.base, args.key, out)
+        recorder = Recorder(out)
+        client = Client(
+            args.base,
+            args.key,
+            timeout=30,
+            retries=RetryPolicy(retry_for=RETRY_FOR, attempts=ATTEMPTS),
+            on_retry=recorder.retried,
+        )
+        api = "/api/v1/selections/"
         end_at = time.monotonic() + args.duration
         n = 0
         while time.monotonic() < end_at:
             n += 1
             tx_id, wallet = f"{args.name}-{n}", rng.choice(args.wallets)
-            status, body = client.call(
-                "POST",
-                "/api/v1/selections/",
-                {
-                    "tx_id": tx_id,
-                    "wallet": wallet,
-                    "currency": args.currency,
-                    "quantity": str(rng.randint(1, args.max_quantity)),
-                },
+            quantity = rng.randint(1, args.max_quantity)
+            selection = recorder.call(
+                api, partial(client.select, tx_id, wallet, args.currency, quantity)
             )
-            if status not in (200, 201):
+            if selection is None:
                 continue
             if rng.random() < args.spend_ratio:
                 outputs = [
-                    {
-                        "index": i,
-                        "wallet": wallet,
-                        "currency": args.currency,
-                        "quantity": token["quantity"],
-                    }
-                    for i, token in enumerate(body["tokens"])
+                    Output(i, wallet, args.currency, token.quantity)
+                    for i, token in enumerate(selection.tokens)
                 ]
-                client.call("POST", f"/api/v1/selections/{tx_id}/spend/", {"outputs": outputs})
+                recorder.call(f"{api}{tx_id}/spend/", partial(client.spend, tx_id, outputs))
             else:
-                client.call("POST", f"/api/v1/selections/{tx_id}/release/")
+                recorder.call(f"{api}{tx_id}/release/", partial(client.release, tx_id))
+        client.close()
     return 0
 
 
