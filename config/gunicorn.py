@@ -1,4 +1,4 @@
-"""Gunicorn settings shared by every way the web server is started (``-c config/gunicorn.py``)."""
+"""Gunicorn settings of every way the web server starts (``-c python:config.gunicorn``)."""
 
 from __future__ import annotations
 

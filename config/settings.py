@@ -21,9 +21,8 @@ from django.utils.functional import lazy
 
 from clients.rates import parse_rate
 from common.knobs import Knobs
-from config import broker, embedded_db, local
+from config import __version__, broker, embedded_db, local
 
-BASE_DIR = local.BASE_DIR
 DATA_DIR = local.DATA_DIR
 
 
@@ -231,7 +230,8 @@ WSGI_APPLICATION = "config.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        # Every template ships inside its app (locks/templates, tokens/templates).
+        "DIRS": [],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -325,7 +325,7 @@ SHERDLOCK_RATE_LIMITS = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "Sherdlock API",
     "DESCRIPTION": "Select, lock, spend and release tokens across replicas without double spends.",
-    "VERSION": "1.0.0",
+    "VERSION": __version__,
     "SERVE_INCLUDE_SCHEMA": False,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
