@@ -20,6 +20,43 @@ threads = int(os.environ.get("WEB_THREADS", "128"))
 limit_request_line = 8190
 MAX_REQUEST_LINE = limit_request_line
 
+# The access log (WEB_ACCESS_LOG=1) is gunicorn's default line plus the request's id as
+# answered (config.request_id), which the application's own lines name too.
+access_log_format = (
+    '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" %({x-request-id}o)s'
+)
+
+
+def _json_formatter():
+    # With LOG_FORMAT=json, gunicorn's own lines (errors, access) are JSON objects too. Only
+    # the formatters of its handlers change: a logconfig_dict would make gunicorn format an
+    # access line for every request even with the access log off.
+    from pythonjsonlogger.json import JsonFormatter
+
+    return JsonFormatter(
+        "%(asctime)s %(levelname)s %(process)d %(name)s %(message)s",
+        rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+    )
+
+
+def _use_log_format(server) -> None:
+    if os.environ.get("LOG_FORMAT", "").strip().lower() != "json":
+        return
+    formatter = _json_formatter()
+    for logger in (server.log.error_log, server.log.access_log):
+        for handler in logger.handlers:
+            handler.setFormatter(formatter)
+
+
+def on_starting(server) -> None:
+    """Write gunicorn's own lines as the application does (``LOG_FORMAT``)."""
+    _use_log_format(server)
+
+
+def on_reload(server) -> None:
+    """Write gunicorn's own lines as the application does, again after a reload (HUP)."""
+    _use_log_format(server)
+
 
 def rebalance_requests(value: str | None) -> int:
     """Read ``WEB_REBALANCE_REQUESTS``: how often a connection may be moved (0: never)."""
