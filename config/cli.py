@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from config import __version__
 
 PROG = "sherdlock"
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 # The processes, each its own program: what follows the name on the command line is its own.
 PROCESSES = {
@@ -77,6 +78,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG} {__version__}")
         return 0
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    if command not in ("serve", "web", "worker"):
+        # Only the web server's and the worker's processes report metrics (/metrics sums their
+        # files); a command's, or beat's, would be files of processes nobody marks dead, and a
+        # command run before the directory is made would fail to write them.
+        os.environ.pop(MULTIPROC_DIR, None)
     if command == "serve":
         from config import serve
 
