@@ -330,6 +330,9 @@ def test_the_wheel_installed_from_scratch_serves_as_the_guide_says(tmp_path, fre
             logs,
         )
         assert logged[0]["request_id"] == "rel-404" and logged[0]["logger"] == "django.request"
+        # Every line of the web server is a JSON object, gunicorn's own included.
+        lines = [json.loads(line) for line in logs["web"].read_text().splitlines() if line]
+        assert any(line["logger"].startswith("gunicorn") for line in lines)
 
         # Beat schedules a pass, the worker runs it; the web server's /metrics reports it.
         until(
