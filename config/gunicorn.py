@@ -6,6 +6,8 @@ import mmap
 import os
 import time
 
+from gunicorn import glogging
+
 # Threaded workers: a request waiting for held funds (Prefer: wait) parks a thread, not a
 # process, and threads share their process's replica cache and API-key cache. README, "Running
 # it", gives the measurements behind the defaults. The thread count bounds how many requests
@@ -27,35 +29,30 @@ access_log_format = (
 )
 
 
-def _json_formatter():
-    # With LOG_FORMAT=json, gunicorn's own lines (errors, access) are JSON objects too. Only
-    # the formatters of its handlers change: a logconfig_dict would make gunicorn format an
-    # access line for every request even with the access log off.
-    from pythonjsonlogger.json import JsonFormatter
+class Logger(glogging.Logger):
+    """Gunicorn's logger, writing JSON objects like the application's with LOG_FORMAT=json.
 
-    return JsonFormatter(
-        "%(asctime)s %(levelname)s %(process)d %(name)s %(message)s",
-        rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
-    )
+    Only the formatters of its handlers change, as it sets them up (at start and after a reload,
+    before its first line): a ``logconfig_dict`` would make gunicorn format an access line for
+    every request even with the access log off.
+    """
 
+    def setup(self, cfg) -> None:
+        super().setup(cfg)
+        if os.environ.get("LOG_FORMAT", "").strip().lower() != "json":
+            return
+        from pythonjsonlogger.json import JsonFormatter
 
-def _use_log_format(server) -> None:
-    if os.environ.get("LOG_FORMAT", "").strip().lower() != "json":
-        return
-    formatter = _json_formatter()
-    for logger in (server.log.error_log, server.log.access_log):
-        for handler in logger.handlers:
-            handler.setFormatter(formatter)
-
-
-def on_starting(server) -> None:
-    """Write gunicorn's own lines as the application does (``LOG_FORMAT``)."""
-    _use_log_format(server)
+        formatter = JsonFormatter(
+            "%(asctime)s %(levelname)s %(process)d %(name)s %(message)s",
+            rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+        )
+        for logger in (self.error_log, self.access_log):
+            for handler in logger.handlers:
+                handler.setFormatter(formatter)
 
 
-def on_reload(server) -> None:
-    """Write gunicorn's own lines as the application does, again after a reload (HUP)."""
-    _use_log_format(server)
+logger_class = Logger
 
 
 def rebalance_requests(value: str | None) -> int:
