@@ -6,7 +6,7 @@ import mmap
 import os
 import time
 
-from gunicorn import glogging
+from gunicorn import glogging  # type: ignore[import-untyped]  # gunicorn ships no types
 
 # Threaded workers: a request waiting for held funds (Prefer: wait) parks a thread, not a
 # process, and threads share their process's replica cache and API-key cache. README, "Running
