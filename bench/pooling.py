@@ -26,7 +26,7 @@ MODES = ("pooled", "direct")
 
 def unavailable() -> str | None:
     """Return why the points cannot be measured, or None when they can."""
-    from config import pgbouncer
+    from tests.helpers import pgbouncer
 
     if pgbouncer.binary() is None:
         return "pgbouncer is not installed (make pgbouncer, or apt-get install pgbouncer)"
@@ -54,7 +54,7 @@ def run(args, harness, make_workload, say) -> dict:
     """Measure every workload pooled and direct; return the points and their ratios."""
     from django.db import connection
 
-    from config import pgbouncer
+    from tests.helpers import pgbouncer
 
     replicas, size = args.pgbouncer_replicas, args.pgbouncer_pool
     out: dict[str, object] = {

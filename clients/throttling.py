@@ -30,6 +30,7 @@ from datetime import datetime
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connection, connections
+from prometheus_client import Counter
 from rest_framework.exceptions import Throttled
 
 from clients import sql
@@ -118,8 +119,20 @@ def bucket_states(keys: list[str]) -> dict[str, BucketState]:
     return states
 
 
+# Every refusal is made as a RateLimited, on whichever path refused (the locking statement or a
+# charge of its own): counted where it is made, once per refused request.
+RATE_LIMIT_REFUSALS = Counter(
+    "sherdlock_rate_limit_refusals_total",
+    "Selections refused by a rate limit (429): per API key or per wallet (SHERDLOCK_RATE_*).",
+)
+
+
 class RateLimited(Throttled):
     """A selection a rate limit refused (429, ``Retry-After``); nothing was locked."""
+
+    def __init__(self, wait: float | None = None, detail=None, code=None) -> None:
+        super().__init__(wait, detail, code)
+        RATE_LIMIT_REFUSALS.inc()
 
 
 @dataclass(frozen=True)

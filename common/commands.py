@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 
-MIGRATE = ".venv/bin/python manage.py migrate"
+MIGRATE = "sherdlock migrate"
 
 
 def unapplied_migrations(using: str = DEFAULT_DB_ALIAS) -> list[str]:

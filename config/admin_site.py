@@ -111,6 +111,10 @@ def input_safe(admin_class: type) -> type:
 class SherdlockAdminSite(admin.AdminSite):
     """``admin.site``: every registered admin input-safe, plus the wallet page."""
 
+    # Django's index with the service's pages first (locks/templates): a name of its own, so
+    # it is found whatever the order of the apps' template directories.
+    index_template = "admin/sherdlock_index.html"
+
     def register(self, model_or_iterable, admin_class=None, **options):
         super().register(model_or_iterable, input_safe(admin_class or admin.ModelAdmin), **options)
 

@@ -32,7 +32,6 @@ from common.errors import error_body
 from config.embedded_db import EmbeddedDatabaseError
 from config.outage import UNAVAILABLE_RETRY_AFTER, is_connection_loss, note_connection_loss
 from config.parsers import RequestTooLarge
-from config.pgbouncer import PgBouncerError
 from locks.errors import (
     AlreadySpent,
     LeaseLost,
@@ -166,7 +165,6 @@ NEVER_ANSWERED: frozenset[type[Exception]] = frozenset(
         TxIdTaken,  # the PostgreSQL store's ClaimRefused
         QueueFull,  # a wallet's wait queue is full: the request is answered without waiting
         EmbeddedDatabaseError,  # the embedded PostgreSQL did not start
-        PgBouncerError,  # the test and benchmark PgBouncer is missing or did not start
     }
 )
 

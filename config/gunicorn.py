@@ -1,10 +1,12 @@
-"""Gunicorn settings shared by every way the web server is started (``-c config/gunicorn.py``)."""
+"""Gunicorn settings of every way the web server starts (``-c python:config.gunicorn``)."""
 
 from __future__ import annotations
 
 import mmap
 import os
 import time
+
+from gunicorn import glogging  # type: ignore[import-untyped]  # gunicorn ships no types
 
 # Threaded workers: a request waiting for held funds (Prefer: wait) parks a thread, not a
 # process, and threads share their process's replica cache and API-key cache. README, "Running
@@ -19,6 +21,38 @@ threads = int(os.environ.get("WEB_THREADS", "128"))
 # UTF-8, in the path and in three filters take about 4 KB, gunicorn's default limit.
 limit_request_line = 8190
 MAX_REQUEST_LINE = limit_request_line
+
+# The access log (WEB_ACCESS_LOG=1) is gunicorn's default line plus the request's id as
+# answered (config.request_id), which the application's own lines name too.
+access_log_format = (
+    '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" %({x-request-id}o)s'
+)
+
+
+class Logger(glogging.Logger):
+    """Gunicorn's logger, writing JSON objects like the application's with LOG_FORMAT=json.
+
+    Only the formatters of its handlers change, as it sets them up (at start and after a reload,
+    before its first line): a ``logconfig_dict`` would make gunicorn format an access line for
+    every request even with the access log off.
+    """
+
+    def setup(self, cfg) -> None:
+        super().setup(cfg)
+        if os.environ.get("LOG_FORMAT", "").strip().lower() != "json":
+            return
+        from pythonjsonlogger.json import JsonFormatter
+
+        formatter = JsonFormatter(
+            "%(asctime)s %(levelname)s %(process)d %(name)s %(message)s",
+            rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+        )
+        for logger in (self.error_log, self.access_log):
+            for handler in logger.handlers:
+                handler.setFormatter(formatter)
+
+
+logger_class = Logger
 
 
 def rebalance_requests(value: str | None) -> int:

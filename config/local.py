@@ -1,17 +1,19 @@
 """The project-local data directory, and what a process readies there before Django connects.
 
 Every local file of the project lives under one directory, ``DATA_DIR`` (``SHERDLOCK_DATA_DIR``,
-default ``.data``, git-ignored): the embedded PostgreSQL server (``postgres``) and broker
+default ``.data`` in the working directory: the checkout's, git-ignored, under ``make run``;
+never inside the installed package): the embedded PostgreSQL server (``postgres``) and broker
 (``redis``), the generated secret key, the static root, the metrics of ``make run`` and beat's
 schedule.
 
 Importing the settings writes nothing there and starts nothing: they only say where things are
 (the embedded server's socket follows from its data directory, ``config.embedded_db``), and the
 generated secret key is read, or written, when something first uses it. A process that is about
-to serve or connect calls ``prepare`` first: ``manage.py``, ``config.wsgi`` (gunicorn), the
-Celery app (worker and beat, as they load their task modules), ``config.serve``, the test suite
-(``tests/conftest.py``) and the benchmarks (``bench.database``). Type checkers and tools that
-only import the settings start nothing.
+to serve or connect calls ``prepare`` first: the ``sherdlock`` command (``config.cli``, and
+``manage.py`` in a checkout), ``config.wsgi`` (gunicorn), the Celery app (worker and beat, as
+they load their task modules), ``config.serve``, the test suite (``tests/conftest.py``) and the
+benchmarks (``bench.database``). Type checkers and tools that only import the settings start
+nothing.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from config.embedded_db import EmbeddedServer
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-DATA_DIR = Path(os.environ.get("SHERDLOCK_DATA_DIR", BASE_DIR / ".data"))
+# Resolved once, at import: a process that changes directory later keeps the same files.
+DATA_DIR = Path(os.environ.get("SHERDLOCK_DATA_DIR") or ".data").resolve()
 SECRET_KEY_FILE = DATA_DIR / "secret_key"
 
 

@@ -14,7 +14,9 @@ from prometheus_client import (
     multiprocess,
 )
 
-# Importing the module registers the metrics, so the first scrape lists every series.
+# Importing the modules registers their metrics, so the first scrape lists every series.
+from clients import throttling  # noqa: F401
+from common import pool_metrics  # noqa: F401
 from locks import metrics  # noqa: F401
 
 

@@ -1,9 +1,10 @@
 """Run the whole service in the foreground: web (gunicorn), Celery worker and Celery beat.
 
-``python -m config.serve`` (what ``make run`` calls) starts the embedded PostgreSQL server and
-embedded broker when ``DATABASE_URL`` / ``CELERY_BROKER_URL`` are unset, migrates, starts the
-three processes and prints where to find them. Ctrl-C (or SIGTERM) stops everything it started,
-the embedded servers included; children also die with it if it is killed outright.
+``sherdlock serve`` (``python -m config.serve``, what ``make run`` calls) starts the embedded
+PostgreSQL server and embedded broker when ``DATABASE_URL`` / ``CELERY_BROKER_URL`` are unset,
+migrates, starts the three processes and prints where to find them. Ctrl-C (or SIGTERM) stops
+everything it started, the embedded servers included; children also die with it if it is killed
+outright.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from dataclasses import dataclass
 
 from config import local
-from config.local import BASE_DIR, DATA_DIR
+from config.local import DATA_DIR
 
 PR_SET_PDEATHSIG = 1
 STOP_TIMEOUT = 15.0
@@ -61,9 +62,7 @@ class Child:
 
 def spawn(name: str, argv: list[str], env: dict[str, str]) -> Child:
     """Start a child in its own process group (so Ctrl-C reaches it only through us)."""
-    process = subprocess.Popen(
-        argv, env=env, cwd=BASE_DIR, start_new_session=True, preexec_fn=_die_with_parent
-    )
+    process = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=_die_with_parent)
     return Child(name, process)
 
 
@@ -86,7 +85,7 @@ def web_command(python: str, host: str, port: int, env: dict[str, str]) -> list[
         "gunicorn",
         "config.wsgi:application",
         "-c",
-        str(BASE_DIR / "config" / "gunicorn.py"),
+        "python:config.gunicorn",
         "--bind",
         f"{host}:{port}",
         "--workers",
@@ -103,10 +102,45 @@ def web_command(python: str, host: str, port: int, env: dict[str, str]) -> list[
     ]
 
 
+def worker_command(python: str, env: dict[str, str]) -> list[str]:
+    """Return a Celery worker's command line (``sherdlock worker``)."""
+    return [
+        python,
+        "-m",
+        "celery",
+        "-A",
+        "config",
+        "worker",
+        "--loglevel",
+        "INFO",
+        "--concurrency",
+        env.get("CELERY_CONCURRENCY", "1"),
+    ]
+
+
+def beat_command(python: str) -> list[str]:
+    """Return Celery beat's command line (``sherdlock beat``); its state file is kept in the data
+    directory, its schedule in the database."""
+    return [
+        python,
+        "-m",
+        "celery",
+        "-A",
+        "config",
+        "beat",
+        "--loglevel",
+        "INFO",
+        "--schedule",
+        str(DATA_DIR / "celerybeat-schedule"),
+    ]
+
+
 def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
+    # The children keep their files where this process keeps its own, whatever their directory.
+    env["SHERDLOCK_DATA_DIR"] = str(DATA_DIR)
     host = env.get("HOST", "127.0.0.1")
     port = int(env.get("PORT", "8000"))
     if not port_free(host, port):
@@ -147,50 +181,21 @@ def main() -> int:
         env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
         say("applying migrations")
         subprocess.run(
-            [python, "manage.py", "migrate", "--noinput", "-v", "1"],
-            env=env,
-            cwd=BASE_DIR,
-            check=True,
+            [python, "-m", "config.cli", "migrate", "--noinput", "-v", "1"], env=env, check=True
         )
         children.append(spawn("web", web_command(python, host, port, env), env))
         children.append(
             spawn(
                 "worker",
                 [
-                    python,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "config",
-                    "worker",
-                    "--loglevel",
-                    "INFO",
-                    "--concurrency",
-                    env.get("CELERY_CONCURRENCY", "1"),
+                    *worker_command(python, env),
                     "--hostname",
                     f"sherdlock-worker-{os.getpid()}@%h",
                 ],
                 env,
             )
         )
-        children.append(
-            spawn(
-                "beat",
-                [
-                    python,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "config",
-                    "beat",
-                    "--loglevel",
-                    "INFO",
-                    "--schedule",
-                    str(DATA_DIR / "celerybeat-schedule"),
-                ],
-                env,
-            )
-        )
+        children.append(spawn("beat", beat_command(python), env))
         base = f"http://{host}:{port}"
         say("running — Ctrl-C stops web, worker, beat and the embedded servers")
         say(f"API root      {base}/api/v1/")
@@ -198,7 +203,7 @@ def main() -> int:
         say(f"admin         {base}/admin/")
         say(f"dashboard     {base}/admin/dashboard/")
         say(f"metrics       {base}/metrics")
-        say("admin login:  make superuser   (or: .venv/bin/python manage.py createsuperuser)")
+        say("admin login:  make superuser   (or: sherdlock createsuperuser)")
         say("API key:      create one in the admin under 'API clients → API keys'")
 
         while not stopping:

@@ -18,12 +18,12 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import lazy
+from pythonjsonlogger.core import RESERVED_ATTRS
 
 from clients.rates import parse_rate
 from common.knobs import Knobs
-from config import broker, embedded_db, local
+from config import __version__, broker, embedded_db, local
 
-BASE_DIR = local.BASE_DIR
 DATA_DIR = local.DATA_DIR
 
 
@@ -203,7 +203,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # First: API-key calls under /api/v1/ take API_KEY_MIDDLEWARE instead of what follows.
+    # Before everything, API-key calls included: every answer and log line has its request id.
+    "config.request_id.RequestIdMiddleware",
+    # Then: API-key calls under /api/v1/ take API_KEY_MIDDLEWARE instead of what follows.
     "config.middleware.ApiKeyRequests",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -231,7 +233,8 @@ WSGI_APPLICATION = "config.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        # Every template ships inside its app (locks/templates, tokens/templates).
+        "DIRS": [],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -325,7 +328,7 @@ SHERDLOCK_RATE_LIMITS = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "Sherdlock API",
     "DESCRIPTION": "Select, lock, spend and release tokens across replicas without double spends.",
-    "VERSION": "1.0.0",
+    "VERSION": __version__,
     "SERVE_INCLUDE_SCHEMA": False,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
@@ -350,18 +353,47 @@ SHERDLOCK = Knobs.from_environ(
 ).setting()
 
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
+
+
+def log_format(value: str | None) -> str:
+    """Read ``LOG_FORMAT``: "plain" (the default, for a terminal) or "json" (a line per event)."""
+    text = (value or "plain").strip().lower()
+    if text not in LOG_FORMATTERS:
+        raise ImproperlyConfigured(
+            f"LOG_FORMAT={value!r}: use 'json' for a JSON object per line, or 'plain'"
+        )
+    return text
+
+
+# Both formats name the request (config.request_id); gunicorn's own lines take the same
+# format (config.gunicorn), Celery's go through the root logger.
+LOG_FORMATTERS: dict[str, dict[str, Any]] = {
+    "plain": {
+        "format": "%(asctime)s %(levelname)s %(process)d %(name)s [%(request_id)s]: %(message)s"
+    },
+    "json": {
+        "()": "pythonjsonlogger.json.JsonFormatter",
+        "fmt": "%(asctime)s %(levelname)s %(process)d %(name)s %(request_id)s %(message)s",
+        "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+        # Besides the record's own attributes, what Django puts in a record's extra for its own
+        # use (the request object, its status line's time): not JSON, nor of use in a log.
+        "reserved_attrs": [*RESERVED_ATTRS, "request", "server_time"],
+    },
+}
+LOG_FORMAT = log_format(os.environ.get("LOG_FORMAT"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s"},
+    "formatters": {"default": LOG_FORMATTERS[LOG_FORMAT]},
+    "filters": {
+        "connection_loss": {"()": "config.outage.ConnectionLossFilter"},
+        "request_id": {"()": "config.request_id.RequestIdFilter"},
     },
-    "filters": {"connection_loss": {"()": "config.outage.ConnectionLossFilter"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
-            "formatter": "plain",
-            "filters": ["connection_loss"],
+            "formatter": "default",
+            "filters": ["connection_loss", "request_id"],
         }
     },
     "root": {"handlers": ["console"], "level": "WARNING"},

@@ -14,9 +14,16 @@ from rest_framework import exceptions, permissions, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.commands import unapplied_migrations
 from common.errors import error_body, error_responses
 from config import sql
-from config.exceptions import ERRORS, SERVER_ERROR, unavailable_response
+from config.exceptions import (
+    ERRORS,
+    SERVER_ERROR,
+    ServiceUnavailable,
+    error_response,
+    unavailable_response,
+)
 from config.outage import is_connection_loss
 
 STATUS = inline_serializer("Status", {"status": serializers.CharField()})
@@ -38,8 +45,15 @@ class Healthz(Probe):
         return Response({"status": "ok"})
 
 
+# Whether this process has seen every migration of its code applied. Once it has, the probe
+# asks the database only whether it answers: reading the migration graph and the table of
+# applied migrations costs far more than the probe's one query, and a deployed database does
+# not lose migrations while the code that needs them runs.
+_migrated: list[bool] = [False]
+
+
 class Readyz(Probe):
-    """Report whether the database answers."""
+    """Report whether the database answers and has every migration of this code applied."""
 
     @extend_schema(
         summary="Readiness", tags=["health"], responses={200: STATUS, **error_responses(503)}
@@ -49,8 +63,17 @@ class Readyz(Probe):
             with connection.cursor() as cursor:
                 cursor.execute(sql.READY)
                 cursor.fetchone()
+            pending = [] if _migrated[0] else unapplied_migrations()
         except DatabaseError as exc:
             return unavailable_response(request, exc)
+        if pending:
+            # Not ready until `sherdlock migrate` has run: a deploy's new processes wait for it.
+            detail = (
+                f"The database is not migrated: {len(pending)} migration(s) pending "
+                f"(e.g. {pending[0]}); run `sherdlock migrate`."
+            )
+            return error_response(ServiceUnavailable(detail), ERRORS[ServiceUnavailable])
+        _migrated[0] = True
         return Response({"status": "ok"})
 
 

@@ -260,6 +260,7 @@ class CacheListener:
         self.backend_pid = conn.info.backend_pid
         self._set_ttl(self._listening_ttl)
         self._connected.set()
+        metrics.LISTENER_CONNECTED.labels(listener="cache").set(1)
         log.info("cache listener listening on %s (backend %s)", self.channel, self.backend_pid)
         assert self._wake is not None
         wake = self._wake[0]
@@ -277,6 +278,7 @@ class CacheListener:
     def _disconnected(self, conn: psycopg.Connection | None) -> None:
         """Mark the listener as not listening and close `conn`."""
         self._connected.clear()
+        metrics.LISTENER_CONNECTED.labels(listener="cache").set(0)
         self.backend_pid = None
         self._set_ttl(self._fallback_ttl)
         if conn is not None:

@@ -18,7 +18,7 @@ HOUSEKEEPING_DELETED = Counter(
 # Passes run in Celery worker processes; with PROMETHEUS_MULTIPROC_DIR set, /metrics reads their
 # files, and "max" reports the latest pass of any process, dead ones included.
 HOUSEKEEPING_LAST_RUN = Gauge(
-    "sherdlock_housekeeping_last_run_timestamp",
+    "sherdlock_housekeeping_last_run_timestamp_seconds",
     "Unix time at which the last housekeeping pass that held the guard finished.",
     multiprocess_mode="max",
 )
@@ -50,10 +50,28 @@ LISTENER_INVALIDATIONS = Counter(
     ["scope"],
 )
 
+# Per process (pid label under PROMETHEUS_MULTIPROC_DIR, live processes only), a series for each
+# listener the process started: the cache listener (SHERDLOCK_LISTEN) and the wake-up listener
+# of waiting requests (Prefer: wait). 0 while it reconnects: caches then live CACHE_TTL, and
+# waiting requests look for their turn every poll instead of being woken.
+LISTENER_CONNECTED = Gauge(
+    "sherdlock_listener_connected",
+    "1 while the listener holds its LISTEN session, 0 while it reconnects.",
+    ["listener"],
+    multiprocess_mode="liveall",
+)
+
 for _event in ("issued", "spent", "locked", "released", "overflow", "reset", "invalid"):
     LISTENER_NOTIFICATIONS.labels(event=_event)
 for _scope in ("all", "key"):
     LISTENER_INVALIDATIONS.labels(scope=_scope)
+
+# waiting for held funds (Prefer: wait), per web process: its slots are WAIT_SLOTS at most
+WAITING_REQUESTS = Gauge(
+    "sherdlock_waiting_requests",
+    "Requests of this process waiting in a wallet's queue for held funds (Prefer: wait).",
+    multiprocess_mode="liveall",
+)
 
 # selection
 SELECTION_OUTCOMES = ("success", "insufficient_funds", "funds_locked", "no_match", "error")

@@ -36,6 +36,7 @@ from psycopg import sql as pgsql
 
 from common import db
 from common.knobs import knobs
+from locks import metrics
 from locks.listener import django_connect
 from locks.sql import waiting as queries
 from locks.wait_slots import Slots, wait_slots, worker_threads
@@ -285,6 +286,7 @@ class Queues:
                     conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(queries.CHANNEL)))
                     self._resync(conn)
                     self._ready.set()
+                    metrics.LISTENER_CONNECTED.labels(listener="wakeup").set(1)
                     while not self._stop.is_set():
                         ready, _, _ = select.select([conn.fileno()], [], [], POLL)
                         if ready:
@@ -295,6 +297,7 @@ class Queues:
                     break
                 log.warning("wake-up listener lost its connection (%s); reconnecting", exc)
             self._ready.clear()
+            metrics.LISTENER_CONNECTED.labels(listener="wakeup").set(0)
             self._stop.wait(0.5)
 
     def _resync(self, conn: psycopg.Connection) -> None:
@@ -374,6 +377,7 @@ def _queued(
 
     if not q.slots.take(client):
         raise QueueFull()
+    metrics.WAITING_REQUESTS.inc()
     try:
         ticket = q.join(key, seconds)
         if first is not None:
@@ -398,6 +402,7 @@ def _queued(
         finally:
             q.leave(ticket, served)
     finally:
+        metrics.WAITING_REQUESTS.dec()
         q.slots.give_back(client)
     if last is None:
         return attempt()  # never got to the head: one last look before answering

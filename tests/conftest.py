@@ -66,7 +66,7 @@ def pgbouncer(transactional_db):
     """
     from django.db import connection
 
-    from config import pgbouncer as bouncer
+    from tests.helpers import pgbouncer as bouncer
 
     with bouncer.running(connection.settings_dict, pool_size=POOL_SIZE) as running:
         yield running

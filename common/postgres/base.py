@@ -27,6 +27,7 @@ from typing import Any
 from django.db.backends.postgresql import base
 
 from common.db import prepare_threshold, spoken_to
+from common.pool_metrics import POOL_IN_USE, POOL_WAITING
 
 # What a new server session is told when the application prepares statements on it.
 GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
@@ -58,6 +59,15 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if pool is None:
             return super().get_new_connection(conn_params)
         pool.open()
+        POOL_WAITING.inc()
+        try:
+            raw = self._borrow(pool)
+        finally:
+            POOL_WAITING.dec()
+        POOL_IN_USE.inc()
+        return raw
+
+    def _borrow(self, pool: Any) -> Any:
         for _ in range(MAX_DEAD):
             raw = pool.getconn()
             if not (raw.closed or raw.broken or spoken_to(raw)):
@@ -65,6 +75,15 @@ class DatabaseWrapper(base.DatabaseWrapper):
             raw.close()  # a closed connection given back is dropped and replaced
             pool.putconn(raw)
         return pool.getconn()
+
+    def _close(self) -> None:
+        # A pooled connection goes back to the pool here (Django's own _close).
+        lent = self.connection is not None and self.pool is not None  # type: ignore[attr-defined]
+        try:
+            super()._close()  # type: ignore[misc]  # not in django-stubs
+        finally:
+            if lent:
+                POOL_IN_USE.dec()
 
     def _set_autocommit(self, autocommit: bool) -> None:
         # Django sets autocommit on every connection it is lent, and psycopg takes the

@@ -67,8 +67,8 @@ def queued(selector, wallet: str) -> dict[int, int]:
     return {c.token_id: c.quantity for c in selector.cache.peek(WalletKey(wallet, "USD"))}
 
 
-def metric(name: str) -> float:
-    return REGISTRY.get_sample_value(name) or 0.0
+def metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
 def test_a_token_issued_elsewhere_is_selected_from_a_warm_cache(transactional_db, start_worker):
@@ -140,11 +140,13 @@ def test_the_listener_reconnects_after_its_backend_is_killed(local):
     assert queued(selector, "w")
     killed = listener.backend_pid
     reconnects = metric("sherdlock_listener_reconnects_total")
+    assert metric("sherdlock_listener_connected", listener="cache") == 1
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(%s)", [killed])
         assert cursor.fetchone()[0]
 
     wait_for(lambda: listener.stats.reconnects == 1 and listener.connected, "a reconnection")
+    assert metric("sherdlock_listener_connected", listener="cache") == 1
     assert listener.backend_pid not in (None, killed)
     assert metric("sherdlock_listener_reconnects_total") == reconnects + 1
     # What happened while nobody listened is unknown: the cache was dropped.

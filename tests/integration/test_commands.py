@@ -52,7 +52,7 @@ def test_a_command_on_an_unmigrated_database_says_to_migrate(fresh_database, com
     assert result.returncode == 1, result
     assert "Traceback" not in result.stderr
     assert "is not migrated" in result.stderr
-    assert "manage.py migrate" in result.stderr
+    assert "sherdlock migrate" in result.stderr
 
 
 @pytest.mark.timeout(180)

@@ -277,7 +277,7 @@ def test_counts_are_recorded_exported_and_logged(caplog):
     assert (stored.expired_removed, stored.spent_removed, stored.skipped) == (1, 1, False)
     assert counter("expired") == before["expired"] + 1
     assert counter("spent") == before["spent"] + 1
-    assert REGISTRY.get_sample_value("sherdlock_housekeeping_last_run_timestamp") >= started
+    assert REGISTRY.get_sample_value("sherdlock_housekeeping_last_run_timestamp_seconds") >= started
     assert (
         "housekeeping removed 1 expired and 1 spent lock(s) and 0 idle rate-limit "
         "bucket(s) in 3 batch(es)"

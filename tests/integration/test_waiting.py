@@ -14,6 +14,7 @@ from typing import ClassVar
 import psycopg
 import pytest
 from django.db import connection
+from prometheus_client import REGISTRY
 
 from common import db
 from locks import wait_slots, waiting
@@ -90,6 +91,7 @@ def test_a_waiting_request_holds_no_database_connection(db_url):
         while not _waiters(db_url) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert _waiters(db_url) == 1
+        assert REGISTRY.get_sample_value("sherdlock_waiting_requests") == 1  # /metrics says so
         in_use = []
         for _ in range(10):  # the sleeper borrows one only for its once-a-second look around
             stats = pool.get_stats()
@@ -101,6 +103,7 @@ def test_a_waiting_request_holds_no_database_connection(db_url):
         waiter.join(15)
     assert not waiter.is_alive()
     assert result["selection"].tx_id == "waiter"
+    assert REGISTRY.get_sample_value("sherdlock_waiting_requests") == 0
 
 
 def test_a_request_finding_no_wait_slot_is_answered_at_once(settings):

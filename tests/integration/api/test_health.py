@@ -16,10 +16,30 @@ def test_healthz_answers_without_touching_the_database(anon, django_assert_num_q
 
 
 def test_readyz_checks_the_database(anon, django_assert_num_queries):
+    assert anon.get("/readyz").status_code == 200  # the migrations seen applied, once
     with django_assert_num_queries(1):
         response = anon.get("/readyz")
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}
+
+
+def test_readyz_is_503_while_a_migration_is_pending(anon, monkeypatch):
+    from django.db.migrations.recorder import MigrationRecorder
+
+    monkeypatch.setattr("config.views._migrated", [False])
+    # The latest migration of the locks app, as if this code were deployed before migrate ran.
+    latest = MigrationRecorder.Migration.objects.filter(app="locks").latest("id")
+    latest.delete()
+    response = anon.get("/readyz")
+    assert response.status_code == 503
+    assert response["Retry-After"] == "1"
+    body = response.json()
+    assert body["code"] == "database_unavailable"
+    assert f"locks.{latest.name}" in body["detail"]
+    assert "sherdlock migrate" in body["detail"]
+
+    latest.save()  # migrated: ready again
+    assert anon.get("/readyz").status_code == 200
 
 
 def test_readyz_is_503_when_the_database_fails(anon, monkeypatch):
