@@ -60,7 +60,7 @@ def error_responses(*statuses: int, conflicts: str = "") -> dict[int, OpenApiRes
         415: "unsupported_media_type",
         422: "value_not_conserved",
         429: "rate_limited (see Retry-After)",
-        503: "database_unavailable (see Retry-After)",
+        503: "database_unavailable, database_busy (see Retry-After)",
     }
     responses = {
         s: OpenApiResponse(ErrorSerializer, description=described[s])
