@@ -26,8 +26,13 @@ class ErrorSerializer(serializers.Serializer):
     )
     leg = serializers.CharField(
         required=False,
-        help_text="insufficient_funds, funds_locked, no_exact_match, max_tokens_exceeded of a "
-        "selection with legs: the currency of the leg that failed (nothing stays locked).",
+        help_text="insufficient_funds, funds_locked, no_exact_match, max_tokens_exceeded, "
+        "selection_too_large of a selection with legs: the currency of the leg that failed "
+        "(nothing stays locked).",
+    )
+    limit = serializers.IntegerField(
+        required=False,
+        help_text="selection_too_large: the most tokens one selection examines and locks.",
     )
     retry_after = serializers.FloatField(
         required=False,

@@ -59,6 +59,7 @@ from sherdlock import (
     InvalidRequest,
     NoExactMatch,
     NoMatch,
+    SelectionTooLarge,
     SherdlockError,
     TooManyInputs,
 )
@@ -127,6 +128,10 @@ def _available_and_retry(exc: FundsLocked) -> dict[str, object]:
     return {"available": str(exc.available), "retry_after": round(exc.retry_after, 3), **_leg(exc)}
 
 
+def _too_large(exc: SelectionTooLarge) -> dict[str, object]:
+    return {"limit": exc.limit, **_leg(exc)}
+
+
 RATE_LIMITED = HttpError(
     429, "rate_limited", headers=lambda exc: {"Retry-After": _retry_after(exc.wait)}
 )
@@ -164,6 +169,8 @@ ERRORS: dict[type[Exception], HttpError] = {
     # The free tokens cover the quantity, but no set of them meets the request's strategy.
     NoExactMatch: HttpError(409, "no_exact_match", extra=_leg),
     TooManyInputs: HttpError(409, "max_tokens_exceeded", extra=_leg),
+    # Covering the quantity would take more tokens than a selection examines (MAX_EXAMINED).
+    SelectionTooLarge: HttpError(409, "selection_too_large", extra=_too_large),
     # Issuing tokens (tokens.services).
     TxIdInUse: HttpError(409, "tx_id_conflict"),
     TokenConflict: HttpError(409, "token_conflict"),
