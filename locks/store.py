@@ -23,6 +23,7 @@ from sherdlock import (
     Supply,
     WalletKey,
 )
+from sherdlock.strategies import MAX_EXAMINED
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,13 @@ class PostgresTokenStore:
         granted = _candidates(ids, quantities)
         shortfall = None
         if unspent is not None:
-            unspent = int(unspent)
-            others = unspent - int(free) - claim.held_total
-            shortfall = Supply(unspent=unspent, locked_by_others=max(0, others))
+            total, counted = int(unspent[0]), int(unspent[1])
+            others = total - int(free) - claim.held_total
+            shortfall = Supply(
+                unspent=total,
+                locked_by_others=max(0, others),
+                complete=counted <= MAX_EXAMINED,
+            )
         return FetchResult(
             granted=granted,
             spare=_candidates(spare_ids, spare_quantities),

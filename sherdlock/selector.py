@@ -311,6 +311,7 @@ class Selector:
             if shortfall is not None:
                 # The free tokens cannot make up what is missing, so nothing was locked (and
                 # what was seen is not worth locking now).
+                rnd.bound(not shortfall.complete and shortfall.unspent < rnd.quantity)
                 if shortfall.unspent < rnd.quantity:
                     raise InsufficientFunds(rnd.key, rnd.quantity, shortfall.available, stats=stats)
                 if not patient:

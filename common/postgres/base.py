@@ -74,7 +74,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         # or by Django's init_connection_state without a pool (which commits if told to).
         # Behind a transaction-pooling proxy a SET would outlive the transaction on a server
         # session the proxy lends to others: nothing is prepared there, and the statement
-        # timeout is the role's (README, "Bounds").
+        # timeout is the role's (README, STATEMENT_TIMEOUT).
         commit = super()._configure_connection(connection)  # type: ignore[misc]
         if sessions.transaction_pooled():
             return bool(commit)

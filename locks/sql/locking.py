@@ -242,11 +242,16 @@ FETCH_EXTRA = """(SELECT count(*) FROM chosen) AS attempted,
        (SELECT free FROM reach) AS free,
        CASE WHEN (SELECT free FROM reach) >= 0
                  AND (SELECT free FROM reach) < %(need)s::numeric THEN (
-           SELECT coalesce(sum(t.quantity), 0) FROM tokens_token t WHERE {unspent_of_key})
+           SELECT ARRAY[coalesce(sum(x.quantity), 0), count(*)]
+           FROM (SELECT t.quantity FROM tokens_token t WHERE {unspent_of_key}
+                 ORDER BY t.quantity DESC, t.id DESC
+                 LIMIT {examined} + 1) x)
        END AS unspent,
        {spare_columns},
        """
 SPARE_COLUMNS = "s.ids AS spare_ids, s.quantities AS spare_quantities"
+# The unspent total a shortfall reports, as SUPPLY reads it: [sum, count] of the wallet's largest
+# MAX_EXAMINED + 1 unspent tokens (a count past MAX_EXAMINED: Supply.complete is false).
 # A fetch whose caller keeps no queue of the wallet (Claim.spare) reads no spare.
 NO_SPARE_COLUMNS = "NULL::bigint[] AS spare_ids, NULL::numeric[] AS spare_quantities"
 
@@ -326,7 +331,9 @@ def _compose(variant: LockStatement) -> str:
     )
     result = RESULT.format(
         fetched=FETCH_EXTRA.format(
-            **fill, spare_columns=SPARE_COLUMNS if variant.spare else NO_SPARE_COLUMNS
+            **fill,
+            examined=MAX_EXAMINED,
+            spare_columns=SPARE_COLUMNS if variant.spare else NO_SPARE_COLUMNS,
         )
         if variant.fetch
         else "",

@@ -201,3 +201,39 @@ def test_an_over_ask_of_a_small_wallet_is_still_insufficient_funds(api):
     )
     assert response.status_code == 409
     assert (response.json()["code"], response.json()["available"]) == ("insufficient_funds", "100")
+
+
+# Live locks of another spender on a wallet's tokens, in token-id order.
+PLANT_LOCKS = """
+INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, created_at, expires_at,
+                             wallet, currency, quantity)
+SELECT id, 'other', 1, now(), now() + interval '1 minute', wallet, currency, quantity
+FROM tokens_token WHERE wallet = %s ORDER BY id LIMIT %s
+"""
+
+
+def test_a_shortfall_counts_at_most_the_bound_of_unspent_tokens():
+    # Few free tokens, many held by others: the walk ends within the bound, and the unspent
+    # total it reports is read from the largest MAX_EXAMINED + 1 unspent tokens only.
+    make_tokens(WALLET, quantity=10)
+    with connection.cursor() as cursor:
+        cursor.execute(PLANT_LOCKS, ["alice", WALLET - 200])
+    statement = locking.LOCK_STATEMENTS[locking.LockStatement(True, False, True, "descending")]
+    plan = run_analysed(statement, {**FETCH, "limit": 64, "need": 10**12})
+    # The batch and the walk pass the held tokens by; the total reads no more than the bound.
+    assert rows_read(plan, "tokens_token") <= 64 + WALLET + MAX_EXAMINED + 1
+    row = db.one(db.execute(statement, {**FETCH, "limit": 64, "need": 10**12}))
+    assert row[7] == 2000  # every free token
+    assert [int(v) for v in row[8]] == [10 * (MAX_EXAMINED + 1), MAX_EXAMINED + 1]
+
+
+def test_an_over_ask_of_a_wallet_held_by_others_is_refused_as_too_large(api):
+    make_tokens(WALLET, quantity=10)
+    with connection.cursor() as cursor:
+        cursor.execute(PLANT_LOCKS, ["alice", WALLET - 200])
+    response = api.post(
+        "/api/v1/selections/",
+        {"tx_id": "t", "wallet": "alice", "currency": "USD", "quantity": str(10 * WALLET + 1)},
+        format="json",
+    )
+    assert (response.status_code, response.json()["code"]) == (409, "selection_too_large")
