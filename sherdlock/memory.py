@@ -203,13 +203,15 @@ class InMemoryStore:
                     return result
             if reach < need:
                 # Every free token together cannot make up the need: lock nothing.
-                unspent = sum(self._tokens[t].quantity for t in self._unspent.get(key, ()))
+                ids = self._largest_unspent(key)
+                unspent = sum(self._tokens[t].quantity for t in ids)
                 others = unspent - reach - claim.held_total
+                complete = len(ids) <= MAX_EXAMINED
                 result = FetchResult(
                     spare=rows,
                     exhausted=len(rows) < limit,
                     fence=fence,
-                    shortfall=Supply(unspent=unspent, locked_by_others=max(0, others)),
+                    shortfall=Supply(unspent, max(0, others), complete),
                 )
                 self._raise_after(fault)
                 return result
@@ -298,13 +300,8 @@ class InMemoryStore:
             fault = self._enter("supply")
             now = self._clock()
             unspent = locked = 0
-            # As the store: the largest MAX_EXAMINED + 1 unspent tokens only.
-            ids = sorted(
-                self._unspent.get(key, ()),
-                key=lambda t: (self._tokens[t].quantity, t),
-                reverse=True,
-            )
-            for token_id in ids[: MAX_EXAMINED + 1]:
+            ids = self._largest_unspent(key)
+            for token_id in ids:
                 quantity = self._tokens[token_id].quantity
                 unspent += quantity
                 row = self._live_lock(token_id, now)
@@ -315,6 +312,12 @@ class InMemoryStore:
             return Supply(unspent=unspent, locked_by_others=locked, complete=complete)
 
     # -- internals ------------------------------------------------------------------
+
+    def _largest_unspent(self, key: WalletKey) -> list[int]:
+        """Return the key's largest MAX_EXAMINED + 1 unspent tokens: what the store counts."""
+        ids = self._unspent.get(key, ())
+        by_size = sorted(ids, key=lambda t: (self._tokens[t].quantity, t), reverse=True)
+        return by_size[: MAX_EXAMINED + 1]
 
     def take_turn(self, key: WalletKey, wait: float) -> bool:
         """Take the turn of `key` for the calling thread's selection, in the order asked."""
