@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.json import set_json_loads
@@ -38,6 +38,11 @@ _cursors: dict[psycopg.Connection, dict[str, psycopg.RawCursor]] = {}
 _lock = threading.Lock()
 MAX_CURSORS = 64  # per connection
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
+# SQLSTATEs after which a statement run on its own is run once more: a serialization failure
+# and a deadlock. PostgreSQL rolled the statement back whole (in autocommit it is its own
+# transaction), so running it again cannot apply anything twice, and the other side of a
+# deadlock has gone on meanwhile. Once only: a second failure is answered (503, Retry-After).
+RETRIED = frozenset({"40001", "40P01"})
 
 
 @functools.lru_cache(maxsize=256)
@@ -170,6 +175,22 @@ def execute(
     text, names = native(statement)
     raw_cursor = cursor(text, using, threshold, connection)
     values = [params[name] for name in names]
+    try:
+        _run(connection, raw_cursor, text, values)
+    except DatabaseError as exc:
+        # Inside a transaction the caller's earlier statements were rolled back too: only it
+        # may run them again.
+        alone = not connection.in_atomic_block and connection.get_autocommit()
+        if not alone or getattr(exc.__cause__, "sqlstate", None) not in RETRIED:
+            raise
+        _run(connection, raw_cursor, text, values)
+    return raw_cursor
+
+
+def _run(
+    connection: BaseDatabaseWrapper, raw_cursor: psycopg.RawCursor, text: str, values: list[Any]
+) -> None:
+    """Execute ``text`` on ``raw_cursor``, through Django's wrappers only if one would see it."""
     if connection.queries_logged or connection.execute_wrappers:
         # Django wraps the driver's own cursor here; django-stubs types it as a wrapper.
         wrapper = (
@@ -178,11 +199,10 @@ def execute(
             else connection.make_cursor(raw_cursor)  # type: ignore[arg-type]
         )
         wrapper.execute(text, values)
-        return raw_cursor
+        return
     connection.validate_no_broken_transaction()
     with connection.wrap_database_errors:
         raw_cursor.execute(text, values)
-    return raw_cursor
 
 
 class _Logged:

@@ -26,8 +26,13 @@ class ErrorSerializer(serializers.Serializer):
     )
     leg = serializers.CharField(
         required=False,
-        help_text="insufficient_funds, funds_locked, no_exact_match, max_tokens_exceeded of a "
-        "selection with legs: the currency of the leg that failed (nothing stays locked).",
+        help_text="insufficient_funds, funds_locked, no_exact_match, max_tokens_exceeded, "
+        "selection_too_large of a selection with legs: the currency of the leg that failed "
+        "(nothing stays locked).",
+    )
+    limit = serializers.IntegerField(
+        required=False,
+        help_text="selection_too_large: the most tokens one selection examines and locks.",
     )
     retry_after = serializers.FloatField(
         required=False,
@@ -60,7 +65,7 @@ def error_responses(*statuses: int, conflicts: str = "") -> dict[int, OpenApiRes
         415: "unsupported_media_type",
         422: "value_not_conserved",
         429: "rate_limited (see Retry-After)",
-        503: "database_unavailable (see Retry-After)",
+        503: "database_unavailable, database_busy (see Retry-After)",
     }
     responses = {
         s: OpenApiResponse(ErrorSerializer, description=described[s])

@@ -72,6 +72,12 @@ class Knobs:
     wait_slots: int = 120
     # How long a process trusts an API key it read (revocation takes effect within this).
     api_key_cache_seconds: float = 5.0
+    # Seconds a statement of a web process may run before PostgreSQL cancels it (503
+    # database_busy); 0 never. A backstop for what the selection bounds do not cover: a statement
+    # holds one of the process's pooled connections, which every other request needs too. Far
+    # above any statement of a request or an admin page at the benchmark's sizes, so that it
+    # cuts only the runaway ones.
+    statement_timeout: float = 10.0
     # Housekeeping (locks.housekeeping): rows per statement, statements per kind in one pass,
     # how long expired and spent locks are kept, days of run and failed-selection history.
     housekeeping_batch_size: int = 1000
@@ -121,6 +127,7 @@ class Knobs:
             ),
             ("wait_slots", self.wait_slots >= 0, "must not be negative"),
             ("api_key_cache_seconds", self.api_key_cache_seconds >= 0, "must not be negative"),
+            ("statement_timeout", self.statement_timeout >= 0, "must not be negative (0: never)"),
             ("housekeeping_batch_size", self.housekeeping_batch_size >= 1, "must be at least 1"),
             ("housekeeping_max_batches", self.housekeeping_max_batches >= 1, "must be at least 1"),
             (

@@ -30,7 +30,14 @@ from rest_framework.views import set_rollback
 from clients.throttling import RateLimited
 from common.errors import error_body
 from config.embedded_db import EmbeddedDatabaseError
-from config.outage import UNAVAILABLE_RETRY_AFTER, is_connection_loss, note_connection_loss
+from config.outage import (
+    BUSY_RETRY_AFTER,
+    UNAVAILABLE_RETRY_AFTER,
+    is_connection_loss,
+    is_overload,
+    note_connection_loss,
+    note_overload,
+)
 from config.parsers import RequestTooLarge
 from locks.errors import (
     AlreadySpent,
@@ -51,6 +58,7 @@ from sherdlock import (
     InvalidRequest,
     NoExactMatch,
     NoMatch,
+    SelectionTooLarge,
     SherdlockError,
     TooManyInputs,
 )
@@ -62,6 +70,21 @@ class ServiceUnavailable(exceptions.APIException):
 
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_detail = "The database is unavailable."
+
+
+class DatabaseBusy(exceptions.APIException):
+    """The database gave up on a statement: a deadlock, a serialization failure, a timeout."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "The database is busy; nothing was changed. Try again shortly."
+
+
+def busy_response(request, exc: BaseException) -> Response:
+    """Answer 503 database_busy with Retry-After, logged once."""
+    note_overload(request, exc)
+    response = error_response(DatabaseBusy(), ERRORS[DatabaseBusy])
+    response._has_been_logged = True  # type: ignore[attr-defined]  # as unavailable_response
+    return response
 
 
 def unavailable_response(request, exc: BaseException) -> Response:
@@ -103,6 +126,10 @@ def _available_and_retry(exc: FundsLocked) -> dict[str, object]:
     return {"available": str(exc.available), "retry_after": round(exc.retry_after, 3), **_leg(exc)}
 
 
+def _too_large(exc: SelectionTooLarge) -> dict[str, object]:
+    return {"limit": exc.limit, **_leg(exc)}
+
+
 RATE_LIMITED = HttpError(
     429, "rate_limited", headers=lambda exc: {"Retry-After": _retry_after(exc.wait)}
 )
@@ -125,6 +152,9 @@ ERRORS: dict[type[Exception], HttpError] = {
     ServiceUnavailable: HttpError(
         503, "database_unavailable", headers=lambda exc: {"Retry-After": UNAVAILABLE_RETRY_AFTER}
     ),
+    DatabaseBusy: HttpError(
+        503, "database_busy", headers=lambda exc: {"Retry-After": BUSY_RETRY_AFTER}
+    ),
     # Selecting (the core, sherdlock).
     InvalidRequest: HttpError(400, "invalid"),
     InsufficientFunds: HttpError(409, "insufficient_funds", extra=_available),
@@ -137,6 +167,8 @@ ERRORS: dict[type[Exception], HttpError] = {
     # The free tokens cover the quantity, but no set of them meets the request's strategy.
     NoExactMatch: HttpError(409, "no_exact_match", extra=_leg),
     TooManyInputs: HttpError(409, "max_tokens_exceeded", extra=_leg),
+    # Covering the quantity would take more tokens than a selection examines (MAX_EXAMINED).
+    SelectionTooLarge: HttpError(409, "selection_too_large", extra=_too_large),
     # Issuing tokens (tokens.services).
     TxIdInUse: HttpError(409, "tx_id_conflict"),
     TokenConflict: HttpError(409, "token_conflict"),
@@ -238,9 +270,11 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
         exc = exceptions.PermissionDenied()
     elif isinstance(exc, RequestDataTooBig):  # Django's own check, when DRF reads request.body
         exc = RequestTooLarge()
-    # A lost database is told by the driver's error code, not by a class of its own.
+    # A lost or busy database is told by the driver's error code, not by a class of its own.
     if is_connection_loss(exc):
         response = unavailable_response(context.get("request"), exc)
+    elif is_overload(exc):
+        response = busy_response(context.get("request"), exc)
     elif (error := resolve(type(exc))) is not None:
         response = error_response(exc, error)
     else:

@@ -11,25 +11,37 @@ from django.utils.functional import SimpleLazyObject, empty
 from rest_framework_api_key.permissions import KeyParser
 
 from common.errors import error_body
-from config.exceptions import ERRORS, ServiceUnavailable
-from config.outage import UNAVAILABLE_RETRY_AFTER, is_connection_loss, note_connection_loss
+from config.exceptions import ERRORS, DatabaseBusy, ServiceUnavailable
+from config.outage import (
+    BUSY_RETRY_AFTER,
+    UNAVAILABLE_RETRY_AFTER,
+    is_connection_loss,
+    is_overload,
+    note_connection_loss,
+    note_overload,
+)
 
 
-def unavailable_page(request) -> HttpResponse:
-    """Return the 503 for ``request``: the API's JSON shape under /api/, plain text elsewhere."""
-    error = ERRORS[ServiceUnavailable]
+def unavailable_page(request, busy: bool = False) -> HttpResponse:
+    """Return the 503 for ``request``: the API's JSON shape under /api/, plain text elsewhere.
+
+    ``busy``: the database gave up on a statement (database_busy), rather than being lost.
+    """
+    cls = DatabaseBusy if busy else ServiceUnavailable
+    error = ERRORS[cls]
     response: HttpResponse
     if request.path.startswith("/api/"):
         response = JsonResponse(
-            error_body(error.code, str(ServiceUnavailable.default_detail)), status=error.status
+            error_body(error.code, str(cls.default_detail)), status=error.status
         )
     else:
+        state = "busy" if busy else "unavailable"
         response = HttpResponse(
-            "The database is unavailable; try again shortly.\n",
+            f"The database is {state}; try again shortly.\n",
             status=error.status,
             content_type="text/plain; charset=utf-8",
         )
-    response["Retry-After"] = UNAVAILABLE_RETRY_AFTER
+    response["Retry-After"] = BUSY_RETRY_AFTER if busy else UNAVAILABLE_RETRY_AFTER
     # Read by django.utils.log.log_response, which django-stubs does not declare.
     response._has_been_logged = True  # type: ignore[attr-defined]  # logged once already
     return response
@@ -92,7 +104,7 @@ class ApiKeyHandler(BaseHandler):
 
 
 class DatabaseUnavailableMiddleware:
-    """Turn a lost database connection in a view (admin, dashboard, metrics) into a 503.
+    """Turn a lost or busy database in a view (admin, dashboard, metrics) into a 503.
 
     API views answer through the DRF exception handler; this covers Django's own views.
     """
@@ -104,6 +116,9 @@ class DatabaseUnavailableMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request, exception: Exception) -> HttpResponse | None:
+        if is_overload(exception):
+            note_overload(request, exception)
+            return unavailable_page(request, busy=True)
         if not is_connection_loss(exception):
             return None
         note_connection_loss(request, exception)

@@ -24,7 +24,7 @@ from config.exceptions import (
     error_response,
     unavailable_response,
 )
-from config.outage import is_connection_loss
+from config.outage import is_connection_loss, is_overload
 
 STATUS = inline_serializer("Status", {"status": serializers.CharField()})
 
@@ -128,12 +128,14 @@ def server_error(request: HttpRequest) -> HttpResponse:
     """Answer a crash under /api/ in the API's error shape; others get Django's page.
 
     Django calls this while handling the exception (raised in a middleware, or anywhere views
-    do not catch it), so ``sys.exc_info()`` names it: a lost database is a 503, not a bug.
+    do not catch it), so ``sys.exc_info()`` names it: a lost or busy database is a 503, not a
+    bug.
     """
-    if is_connection_loss(sys.exc_info()[1]):
+    exc = sys.exc_info()[1]
+    if is_connection_loss(exc) or is_overload(exc):
         from config.middleware import unavailable_page
 
-        return unavailable_page(request)
+        return unavailable_page(request, busy=is_overload(exc))
     if _is_api(request):
         return JsonResponse(
             error_body(SERVER_ERROR.code, "Internal server error."), status=SERVER_ERROR.status

@@ -13,7 +13,7 @@ from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
 
 from clients import throttling
 from common import db, sessions
-from locks.sql import locking, turns
+from locks.sql import batches, locking, turns
 from sherdlock import (
     Candidate,
     Claim,
@@ -23,6 +23,7 @@ from sherdlock import (
     Supply,
     WalletKey,
 )
+from sherdlock.strategies import MAX_EXAMINED
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,13 @@ class PostgresTokenStore:
         granted = _candidates(ids, quantities)
         shortfall = None
         if unspent is not None:
-            unspent = int(unspent)
-            others = unspent - int(free) - claim.held_total
-            shortfall = Supply(unspent=unspent, locked_by_others=max(0, others))
+            total, counted = int(unspent[0]), int(unspent[1])
+            others = total - int(free) - claim.held_total
+            shortfall = Supply(
+                unspent=total,
+                locked_by_others=max(0, others),
+                complete=counted <= MAX_EXAMINED,
+            )
         return FetchResult(
             granted=granted,
             spare=_candidates(spare_ids, spare_quantities),
@@ -106,6 +111,7 @@ class PostgresTokenStore:
             fence=int(fence),
             shortfall=shortfall,
             short_batch=bool(short_batch),
+            too_many=free is not None and free == batches.TOO_MANY,
             record=self._recorded(claim, int(fence), granted, recorded_id, recorded_at, tokens),
         )
 
@@ -164,8 +170,8 @@ class PostgresTokenStore:
                 "tx_id": tx_id,
             },
         )
-        unspent, locked = db.one(cursor)
-        return Supply(unspent=int(unspent), locked_by_others=int(locked))
+        unspent, locked, complete = db.one(cursor)
+        return Supply(unspent=int(unspent), locked_by_others=int(locked), complete=bool(complete))
 
     def take_turn(self, key: WalletKey, wait: float) -> bool:
         """Take the key's turn on this thread's session (``locks.sql.turns``), waiting at most

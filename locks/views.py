@@ -180,7 +180,8 @@ class SelectionListCreate(generics.ListAPIView):
             "with the selection; an identical repeat answers 200 with the same body. 409 "
             "codes: tx_id_conflict (same tx_id, other terms), insufficient_funds (with "
             "`available`), funds_locked (other transactions hold the funds; see Retry-After), "
-            "no_exact_match (exact), max_tokens_exceeded (consolidate). 429 rate_limited per "
+            "no_exact_match (exact), max_tokens_exceeded (consolidate), selection_too_large "
+            "(covering the quantity takes more than 1000 tokens). 429 rate_limited per "
             "key or wallet."
         ),
         request=SELECT_REQUEST_SCHEMA,
@@ -198,7 +199,7 @@ class SelectionListCreate(generics.ListAPIView):
                 429,
                 conflicts=(
                     "tx_id_conflict, insufficient_funds, funds_locked, no_exact_match, "
-                    "max_tokens_exceeded"
+                    "max_tokens_exceeded, selection_too_large"
                 ),
             ),
         },

@@ -9,6 +9,7 @@ from .errors import (
     InvalidRequest,
     NoExactMatch,
     NoMatch,
+    SelectionTooLarge,
     SherdlockError,
     TooManyInputs,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "NoMatch",
     "Selection",
     "SelectionStats",
+    "SelectionTooLarge",
     "Selector",
     "SelectorConfig",
     "SherdlockError",

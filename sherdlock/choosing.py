@@ -40,6 +40,9 @@ def gather(selector: Selector, rnd: Round, patient: bool) -> None:
             and c.token_id not in lost
             and not selector.cache.is_held(c.token_id)
         ]
+        # The strategies break ties in the pool's order: shuffled, replicas that read the same
+        # window of equal tokens choose different ones.
+        selector._rng.shuffle(pool)
         chosen = strategy.choose(pool, need, len(rnd.locked))
         if chosen is None:
             if rnd.locked:

@@ -95,6 +95,28 @@ class ClaimRefused(SherdlockError):
         self.fence = fence
 
 
+class SelectionTooLarge(SherdlockError):
+    """Covering the quantity would take more tokens than one selection may examine or lock."""
+
+    def __init__(
+        self,
+        key: WalletKey,
+        requested: int,
+        limit: int,
+        *,
+        stats: SelectionStats | None = None,
+    ):
+        super().__init__(
+            f"covering {requested} in {key} would take more than {limit} tokens (the most one "
+            "selection examines), or more than the wallet holds: ask for less, or consolidate "
+            "the wallet's tokens first",
+            stats=stats,
+        )
+        self.key = key
+        self.requested = requested
+        self.limit = limit
+
+
 class InvalidRequest(SherdlockError, ValueError):
     """The selection request is malformed."""
 

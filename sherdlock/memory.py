@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .errors import ClaimRefused
 from .interfaces import Clock
-from .strategies import ORDER_RANDOM, arrange, prefix
+from .strategies import MAX_EXAMINED, ORDER_RANDOM, arrange, prefix
 from .turns import Turns
 from .types import Candidate, Claim, FetchResult, LockOutcome, Supply, WalletKey
 
@@ -191,20 +191,27 @@ class InMemoryStore:
                 result = FetchResult(spare=rows, fence=fence, short_batch=True)
                 self._raise_after(fault)
                 return result
-            reach = (
-                seen
-                if seen >= need or len(rows) < limit
-                else sum(self._tokens[t].quantity for t in free)
-            )
+            if seen >= need or len(rows) < limit:
+                reach = seen
+            else:
+                # As the store: the largest free tokens, at most MAX_EXAMINED of them.
+                largest = sorted((self._tokens[t].quantity for t in free), reverse=True)
+                reach = sum(largest[:MAX_EXAMINED])
+                if reach < need and len(largest) > MAX_EXAMINED:
+                    result = FetchResult(spare=rows, fence=fence, too_many=True)
+                    self._raise_after(fault)
+                    return result
             if reach < need:
                 # Every free token together cannot make up the need: lock nothing.
-                unspent = sum(self._tokens[t].quantity for t in self._unspent.get(key, ()))
+                ids = self._largest_unspent(key)
+                unspent = sum(self._tokens[t].quantity for t in ids)
                 others = unspent - reach - claim.held_total
+                complete = len(ids) <= MAX_EXAMINED
                 result = FetchResult(
                     spare=rows,
                     exhausted=len(rows) < limit,
                     fence=fence,
-                    shortfall=Supply(unspent=unspent, locked_by_others=max(0, others)),
+                    shortfall=Supply(unspent, max(0, others), complete),
                 )
                 self._raise_after(fault)
                 return result
@@ -293,16 +300,24 @@ class InMemoryStore:
             fault = self._enter("supply")
             now = self._clock()
             unspent = locked = 0
-            for token_id in self._unspent.get(key, ()):
+            ids = self._largest_unspent(key)
+            for token_id in ids:
                 quantity = self._tokens[token_id].quantity
                 unspent += quantity
                 row = self._live_lock(token_id, now)
                 if row is not None and row.tx_id != tx_id:
                     locked += quantity
             self._raise_after(fault)
-            return Supply(unspent=unspent, locked_by_others=locked)
+            complete = len(ids) <= MAX_EXAMINED
+            return Supply(unspent=unspent, locked_by_others=locked, complete=complete)
 
     # -- internals ------------------------------------------------------------------
+
+    def _largest_unspent(self, key: WalletKey) -> list[int]:
+        """Return the key's largest MAX_EXAMINED + 1 unspent tokens: what the store counts."""
+        ids = self._unspent.get(key, ())
+        by_size = sorted(ids, key=lambda t: (self._tokens[t].quantity, t), reverse=True)
+        return by_size[: MAX_EXAMINED + 1]
 
     def take_turn(self, key: WalletKey, wait: float) -> bool:
         """Take the turn of `key` for the calling thread's selection, in the order asked."""

@@ -6,8 +6,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .errors import ClaimRefused, InvalidRequest
-from .strategies import DEFAULT, DESCENDING, Strategy
+from .errors import ClaimRefused, InvalidRequest, SelectionTooLarge
+from .strategies import DEFAULT, DESCENDING, MAX_EXAMINED, Strategy
 from .turns import Turn
 from .types import MAX_QUANTITY, Candidate, Claim, SelectionStats, WalletKey
 
@@ -117,6 +117,16 @@ class Round:
         finally:
             # Only ids we recorded were held by us; others may be held by another selection.
             cache.unhold(known)
+
+    def bound(self, too_many: bool = False) -> None:
+        """Raise SelectionTooLarge if covering the quantity takes more than MAX_EXAMINED tokens.
+
+        ``too_many``: a fetch found that the wallet's largest free tokens cannot. Otherwise the
+        round holds that many already: small tokens taken first (smallest_first) may run up to
+        the bound before they cover it, since each fetch is bounded and their number is not.
+        """
+        if too_many or (self.total < self.quantity and len(self.locked) >= MAX_EXAMINED):
+            raise SelectionTooLarge(self.key, self.quantity, MAX_EXAMINED, stats=self.stats)
 
     def give_back(self) -> list[int]:
         """Forget every token this round locked (the caller unlocks them); return their ids."""

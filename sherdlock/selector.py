@@ -254,6 +254,7 @@ class Selector:
         # wallet's largest free tokens; its cache holds no better ones.
         largest_first = just_switched = False
         while rnd.total < rnd.quantity:
+            rnd.bound()
             need = rnd.quantity - rnd.total
             batch = [] if largest_first else cache.take(rnd.key, need, exclude=rnd.ids)
             if cache is not self._cache:  # this replica's holds live in the random cache
@@ -296,6 +297,7 @@ class Selector:
             cache.lost(rnd.key, result.conflicts)
             rnd.adopt(result.fence, result.record)
             self._accept(rnd, result.granted, result.expires_at, None)
+            rnd.bound(result.too_many)
             if result.short_batch:
                 # A few large tokens rather than a batch of small ones and then another; the
                 # small ones stay out of the cache, which would offer them first.
@@ -309,6 +311,7 @@ class Selector:
             if shortfall is not None:
                 # The free tokens cannot make up what is missing, so nothing was locked (and
                 # what was seen is not worth locking now).
+                rnd.bound(not shortfall.complete and shortfall.unspent < rnd.quantity)
                 if shortfall.unspent < rnd.quantity:
                     raise InsufficientFunds(rnd.key, rnd.quantity, shortfall.available, stats=stats)
                 if not patient:
@@ -383,6 +386,7 @@ class Selector:
 
     def _raise_short(self, rnd: Round, supply: Supply) -> None:
         """Raise InsufficientFunds if the supply is short, else FundsLocked."""
+        rnd.bound(not supply.complete and supply.unspent < rnd.quantity)
         if supply.unspent < rnd.quantity:
             raise InsufficientFunds(rnd.key, rnd.quantity, supply.available, stats=rnd.stats)
         raise FundsLocked(

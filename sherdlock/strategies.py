@@ -44,6 +44,13 @@ EXACT_WINDOW = 64
 BNB_TRIES = 100_000
 MAX_TOKENS = 1000
 DEFAULT_MAX_TOKENS = 100
+# The most free tokens a fetch examines to find what covers a need (the wallet's largest
+# first), and the most tokens one selection locks, whatever its strategy: a selection that
+# would need more is refused (SelectionTooLarge) instead of reading and probing every token of
+# its wallet, a cost that grows with the wallet and holds a pooled connection all the while.
+# The same as MAX_TOKENS, so that no strategy's selection may hold fewer tokens than a
+# consolidation's.
+MAX_EXAMINED = MAX_TOKENS
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,6 +88,9 @@ class Supply:
     unspent: int
     # Held by live locks of spenders other than the asking transaction.
     locked_by_others: int
+    # False when the wallet has more unspent tokens than a selection may examine
+    # (strategies.MAX_EXAMINED): the totals are then those of its largest MAX_EXAMINED + 1.
+    complete: bool = True
 
     @property
     def available(self) -> int:
@@ -129,6 +132,10 @@ class FetchResult:
     # limit) but cannot cover the need; nothing was locked. The wallet may still cover it with
     # its larger tokens: fetch next in descending order (ORDER_DESCENDING).
     short_batch: bool = False
+    # Set when the wallet's largest strategies.MAX_EXAMINED free tokens cannot cover the need
+    # and it has more free tokens than that: covering it would take more tokens than one
+    # selection may examine. Nothing was locked, and the rest of the wallet was not read.
+    too_many: bool = False
 
 
 @dataclass(slots=True)

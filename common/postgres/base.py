@@ -18,6 +18,12 @@ said something to it while it sat idle (a server shutting down or restarting, or
 turns readable). Such a connection is closed, which makes the pool drop it, and another is
 borrowed. ``config.settings`` turns Django's own check off for this engine
 (``CONN_HEALTH_CHECKS``), since this one replaces it.
+
+A web process (``serve``, called by ``config.wsgi``) also gives each new session its
+``statement_timeout`` (``SHERDLOCK_STATEMENT_TIMEOUT``): a runaway statement is cancelled
+rather than holding one of the pool's connections, which every request of the process shares.
+Management commands and workers run long statements of their own (migrations, recounts,
+bulk loads) and keep the server's setting.
 """
 
 from __future__ import annotations
@@ -26,11 +32,34 @@ from typing import Any
 
 from django.db.backends.postgresql import base
 
+from common import sessions
 from common.db import prepare_threshold, spoken_to
+from common.knobs import knobs
 from common.pool_metrics import POOL_IN_USE, POOL_WAITING
 
 # What a new server session is told when the application prepares statements on it.
 GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
+
+# Whether this process serves requests: its sessions get the statement timeout (``serve``).
+serving = False
+
+
+def serve() -> None:
+    """Give the sessions this process opens from now on the statement timeout of its requests."""
+    global serving
+    serving = True
+
+
+def session_settings() -> list[str]:
+    """Return the SETs a new session of this process runs, given its knobs."""
+    found = []
+    if prepare_threshold() is not None:
+        found.append(GENERIC_PLANS)
+    timeout = knobs().statement_timeout
+    if serving and timeout:
+        found.append(f"SET statement_timeout = {max(1, round(timeout * 1000))}")
+    return found
+
 
 # Connections a borrow may find dead in a row before it gives up checking and takes the next
 # one as it is (its first statement then fails, and that request answers 503).
@@ -44,13 +73,18 @@ class DatabaseWrapper(base.DatabaseWrapper):
     def _configure_connection(self, connection: Any) -> bool:
         # Called once per server session: by the pool as it opens a connection (in autocommit),
         # or by Django's init_connection_state without a pool (which commits if told to).
-        # Behind a transaction-pooling proxy nothing is prepared, and a SET would outlive the
-        # transaction on a server session the proxy lends to others.
+        # Behind a transaction-pooling proxy a SET would outlive the transaction on a server
+        # session the proxy lends to others: nothing is prepared there, and the statement
+        # timeout is the role's (README, STATEMENT_TIMEOUT).
         commit = super()._configure_connection(connection)  # type: ignore[misc]
-        if prepare_threshold() is None:
+        if sessions.transaction_pooled():
+            return bool(commit)
+        found = session_settings()
+        if not found:
             return bool(commit)
         with connection.cursor() as cursor:
-            cursor.execute(GENERIC_PLANS)
+            for statement in found:
+                cursor.execute(statement)
         return True
 
     def get_new_connection(self, conn_params: dict[str, Any]) -> Any:

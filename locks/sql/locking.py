@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from clients.sql import ADMITTED, METERED, RESULT_METERED
 from common.sql import ASYNC_COMMIT
 from locks.sql import batches
+from sherdlock.strategies import MAX_EXAMINED
 
 # -- fragments ----------------------------------------------------------------------------
 
@@ -190,6 +191,9 @@ chosen AS (
 #   short, not the wallet (`free` NULL, `short_batch`): the caller fetches the wallet's largest
 #   free tokens next (a fetch in descending order), so it locks a few large tokens rather than
 #   a batch of small ones and then another.
+# - A fetch in quantity order reads at most MAX_EXAMINED of the largest free tokens to tell
+#   whether they cover the need (locks.sql.batches, FREE_UP_TO_NEED); when they cannot and the
+#   wallet has more, `free` is TOO_MANY and nothing else is read (no unspent total either).
 FETCH_CHOICE = """
 pivot AS MATERIALIZED (
     SELECT lo + floor(random() * (hi - lo + 1))::bigint AS p
@@ -236,12 +240,18 @@ FETCH_EXTRA = """(SELECT count(*) FROM chosen) AS attempted,
        (SELECT free FROM reach) IS NULL AS short_batch,
        (SELECT rows FROM seen) < %(limit)s::int AS exhausted,
        (SELECT free FROM reach) AS free,
-       CASE WHEN (SELECT free FROM reach) < %(need)s::numeric THEN (
-           SELECT coalesce(sum(t.quantity), 0) FROM tokens_token t WHERE {unspent_of_key})
+       CASE WHEN (SELECT free FROM reach) >= 0
+                 AND (SELECT free FROM reach) < %(need)s::numeric THEN (
+           SELECT ARRAY[coalesce(sum(x.quantity), 0), count(*)]
+           FROM (SELECT t.quantity FROM tokens_token t WHERE {unspent_of_key}
+                 ORDER BY t.quantity DESC, t.id DESC
+                 LIMIT {examined} + 1) x)
        END AS unspent,
        {spare_columns},
        """
 SPARE_COLUMNS = "s.ids AS spare_ids, s.quantities AS spare_quantities"
+# The unspent total a shortfall reports, as SUPPLY reads it: [sum, count] of the wallet's largest
+# MAX_EXAMINED + 1 unspent tokens (a count past MAX_EXAMINED: Supply.complete is false).
 # A fetch whose caller keeps no queue of the wallet (Claim.spare) reads no spare.
 NO_SPARE_COLUMNS = "NULL::bigint[] AS spare_ids, NULL::numeric[] AS spare_quantities"
 
@@ -321,7 +331,9 @@ def _compose(variant: LockStatement) -> str:
     )
     result = RESULT.format(
         fetched=FETCH_EXTRA.format(
-            **fill, spare_columns=SPARE_COLUMNS if variant.spare else NO_SPARE_COLUMNS
+            **fill,
+            examined=MAX_EXAMINED,
+            spare_columns=SPARE_COLUMNS if variant.spare else NO_SPARE_COLUMNS,
         )
         if variant.fetch
         else "",
@@ -386,12 +398,21 @@ UNLOCK_STATEMENTS: dict[tuple[bool, bool, bool], str] = {
 
 # Authoritative totals for one wallet/currency: all unspent value, and the part held by live
 # locks of other spenders. Read only when a selection comes up short without a fetch saying why.
+# Like a fetch, it reads no more than MAX_EXAMINED + 1 tokens, the largest (and probes the lock
+# of each): a wallet with more counts those only (`complete` false), which still tells whether
+# others hold what a selection could take, or covering it would take too many tokens.
 SUPPLY = """
-SELECT coalesce(sum(t.quantity), 0) AS unspent,
-       coalesce(sum(t.quantity) FILTER (
-           WHERE l.token_id IS NOT NULL AND l.expires_at > now()
-             AND l.spender_tx_id <> %(tx_id)s::text), 0) AS locked
-FROM tokens_token t
-LEFT JOIN locks_tokenlock l ON l.token_id = t.id AND l.wallet = %(wallet)s::text
-WHERE t.wallet = %(wallet)s::text AND t.currency = %(currency)s::text AND t.spent_at IS NULL
-"""
+SELECT coalesce(sum(x.quantity), 0) AS unspent,
+       coalesce(sum(x.quantity) FILTER (WHERE x.held), 0) AS locked,
+       count(*) <= {examined} AS complete
+FROM (SELECT t.quantity,
+             EXISTS (SELECT FROM locks_tokenlock l
+                     WHERE l.token_id = t.id AND l.wallet = %(wallet)s::text
+                       AND (l.expires_at > now()) IS TRUE
+                       AND l.spender_tx_id <> %(tx_id)s::text
+                     OFFSET 0) AS held
+      FROM tokens_token t
+      WHERE {unspent_of_key}
+      ORDER BY t.quantity DESC, t.id DESC
+      LIMIT {examined} + 1) x
+""".format(examined=MAX_EXAMINED, unspent_of_key=UNSPENT_OF_KEY)
