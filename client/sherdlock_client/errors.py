@@ -127,6 +127,11 @@ class DatabaseUnavailable(ApiError):
     """503 database_unavailable: the server cannot reach its database; see ``retry_after``."""
 
 
+class DatabaseBusy(ApiError):
+    """503 database_busy: the database cancelled the statement (a timeout, a deadlock, a
+    serialization failure); nothing was done, retry after ``retry_after``."""
+
+
 class ServerError(ApiError):
     """500 server_error: a defect of the server."""
 
@@ -158,6 +163,16 @@ class NoExactMatch(NoMatch):
 
 class MaxTokensExceeded(NoMatch):
     """409 max_tokens_exceeded: more than ``max_tokens`` needed (strategy consolidate)."""
+
+
+class SelectionTooLarge(Conflict):
+    """409 selection_too_large: covering the quantity would take more tokens than one selection
+    may examine (``limit``), or more than the wallet holds."""
+
+    @property
+    def limit(self) -> int | None:
+        """Return the most tokens one selection may examine, when the server says."""
+        return _whole(self.body.get("limit"))
 
 
 class TxIdConflict(Conflict):
@@ -202,11 +217,13 @@ BY_CODE: dict[str, type[ApiError]] = {
     "unsupported_media_type": UnsupportedMediaType,
     "rate_limited": RateLimited,
     "database_unavailable": DatabaseUnavailable,
+    "database_busy": DatabaseBusy,
     "server_error": ServerError,
     "insufficient_funds": InsufficientFunds,
     "funds_locked": FundsLocked,
     "no_exact_match": NoExactMatch,
     "max_tokens_exceeded": MaxTokensExceeded,
+    "selection_too_large": SelectionTooLarge,
     "tx_id_conflict": TxIdConflict,
     "token_conflict": TokenConflict,
     "already_spent": AlreadySpent,
