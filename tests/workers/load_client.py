@@ -1,8 +1,9 @@
 """An HTTP load process for the fault and soak tests: select, then spend or release, repeatedly.
 
 Run as ``python -m tests.workers.load_client --base URL --key KEY --out FILE ...``. Each request
-is written as a JSON line (CLOCK_MONOTONIC start and end, status, code), so the test can tell
-when errors happened and when requests succeeded again. The client behaves as a careful
+is written as a JSON line (CLOCK_MONOTONIC and wall-clock start and end, status, code, and the
+tokens a selection got), so the test can tell when errors happened, when requests succeeded
+again, and who was told it held what. The client behaves as a careful
 wallet backend: a request whose answer was lost (the worker died, the connection dropped) or
 that was answered 503 is sent again with the same tx_id, which the API makes idempotent, until
 it gets an answer or its deadline passes. Spends pay the tokens back to the same wallet, so
@@ -48,7 +49,7 @@ class Client:
     def once(self, method: str, path: str, body: dict | None) -> tuple[int, dict]:
         if self.conn is None:
             self.conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
-        started = time.monotonic()
+        started, wall = time.monotonic(), time.time()
         try:
             self.conn.request(
                 method, path, json.dumps(body) if body is not None else None, self.headers
@@ -61,18 +62,22 @@ class Client:
             self.conn.close()
             self.conn = None
             status, answer = 0, {"code": f"no answer: {type(exc).__name__}"}
-        self.out.write(
-            json.dumps(
-                {
-                    "path": path,
-                    "start": started,
-                    "end": time.monotonic(),
-                    "status": status,
-                    "code": answer.get("code"),
-                }
-            )
-            + "\n"
-        )
+        record = {
+            "path": path,
+            "start": started,
+            "end": time.monotonic(),
+            # The database's clock (the same machine's) stamps its rows: the wall clock lets the
+            # test set a request beside them.
+            "wall_start": wall,
+            "wall_end": time.time(),
+            "status": status,
+            "code": answer.get("code"),
+        }
+        if body is not None and "tx_id" in body:
+            record["tx_id"] = body["tx_id"]
+        if status in (200, 201) and isinstance(answer.get("tokens"), list):
+            record["tokens"] = [[token["tx_id"], token["index"]] for token in answer["tokens"]]
+        self.out.write(json.dumps(record) + "\n")
         self.out.flush()
         return status, answer
 
