@@ -71,7 +71,7 @@ def unspent_total() -> int:
     return int(Token.objects.filter(spent_at__isnull=True).aggregate(s=Sum("quantity"))["s"] or 0)
 
 
-@pytest.mark.parametrize("replicas", [1, pytest.param(6, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("replicas", [2, pytest.param(6, marks=pytest.mark.slow)])
 def test_tokens_of_a_killed_replica_are_selectable_again(tmp_path, subprocess_env, replicas):
     wallets = [f"w{n}" for n in range(replicas)]
     for wallet in wallets:
