@@ -4,8 +4,8 @@ schemathesis tests every operation with the schema's boundary values (its covera
 with random cases, both valid (positive) and invalid (negative). A test fails on any 5xx, on a
 response that breaks the schema (status, content type, body), on schema-valid data refused
 with a 400 and on schema-invalid data accepted; afterwards the database's rows must keep every
-invariant (tests/helpers/invariants.py). The default run is bounded to fit CI;
-``-m slow`` runs many more random cases.
+invariant (tests/helpers/invariants.py). The default run is bounded to fit CI (random cases,
+and every boundary case once); ``-m slow`` runs many more random cases.
 """
 
 from __future__ import annotations
@@ -158,9 +158,12 @@ def load(phases: list[str]):
 # test per operation; the fixture checks that the server publishes this very schema. The quick
 # run draws random cases only; the long one adds the coverage phase (every boundary value and
 # violation the schema defines, and unexpected methods) and the check that authentication is
-# enforced (which re-sends each successful request without and with forged credentials).
+# enforced (which re-sends each successful request without and with forged credentials). The
+# boundaries run is the long one without its many random cases: the coverage phase's cases are
+# explicit examples, all tried whatever max_examples says, so it fits the default run.
 quick = load(["examples", "fuzzing"])
 thorough = load(["examples", "coverage", "fuzzing"])
+boundaries = load(["coverage"])
 
 
 def known_rule_refuses(case) -> bool:
@@ -215,4 +218,10 @@ def test_the_api_answers_what_its_schema_says(case, target):
 @thorough.parametrize()
 @THOROUGH
 def test_the_api_answers_what_its_schema_says_at_length(case, target):
+    check(case, target, thorough=True)
+
+
+@boundaries.parametrize()
+@settings(QUICK, max_examples=1)
+def test_the_api_answers_what_its_schema_says_at_its_boundaries(case, target):
     check(case, target, thorough=True)
