@@ -162,7 +162,15 @@ def exclusive(url: str):
                 f"another benchmark run is using {urlsplit(url).path.lstrip('/')}; "
                 "wait for it to end, or give this one another --database"
             )
-        yield  # the lock goes with the session when the connection closes
+        try:
+            yield
+        finally:
+            # Given back before the connection closes: a closed session's server process lets go
+            # of its locks only as it exits, some time after the client has moved on, so a run
+            # (or a test) that starts right after this one ends would find the lock still held.
+            # A session that broke has lost the lock with it.
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("SELECT pg_advisory_unlock(%s, %s)", RUN_LOCK)
 
 
 def drop(url: str) -> None:

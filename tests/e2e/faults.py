@@ -7,7 +7,6 @@ temporary directory, so restarting it never disturbs the database the rest of th
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
 import shutil
@@ -15,7 +14,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -24,6 +22,7 @@ from pathlib import Path
 import psycopg
 
 from config import embedded_db
+from tests.helpers import invariants
 from tests.helpers.processes import ROOT, child_env
 
 SUCCESS = {200, 201}
@@ -186,48 +185,8 @@ def recovery_seconds(records: list[dict], answering_at: float) -> float:
 
 
 def check_invariants(db: Database, supply: Decimal) -> dict[str, int]:
-    """Assert what no fault may break; return counts for the report."""
-    unspent = db.query(
-        "SELECT coalesce(sum(quantity), 0) FROM tokens_token WHERE spent_at IS NULL"
-    )[0][0]
-    assert unspent == supply, f"unspent supply {unspent} != issued {supply}"
-
-    selections = db.query(
-        "SELECT tx_id, status, total, token_ids, created_at, expires_at, "
-        "released_at FROM locks_selection"
-    )
-    spent = [s for s in selections if s[1] == "spent"]
-    uses = Counter(token for s in spent for token in s[3])
-    twice = [token for token, n in uses.items() if n > 1]
-    assert not twice, f"tokens spent by two selections: {twice[:10]}"
-    spent_by = dict(db.query("SELECT id, spent_by FROM tokens_token WHERE spent_by IS NOT NULL"))
-    by_tx = {s[0]: s for s in spent}
-    for token, tx_id in spent_by.items():
-        assert tx_id in by_tx and token in by_tx[tx_id][3], f"token {token} spent by {tx_id}"
-    for tx_id, _, total, _, _, _, _ in spent:
-        outputs = db.query(
-            "SELECT coalesce(sum(quantity), 0) FROM tokens_token WHERE tx_id = %s", (tx_id,)
-        )[0][0]
-        assert outputs == total, f"{tx_id}: outputs {outputs} != inputs {total}"
-
-    # No two selections held a token at once: a later holder starts after the earlier one
-    # released it or its lease ended, and no one holds a token after it was spent.
-    holders = defaultdict(list)
-    for tx_id, status, _, token_ids, created, expires, released in selections:
-        # A release after the lease ran out ends nothing: the lease ended the hold.
-        end = min(released, expires) if status == "released" else expires
-        for token in token_ids:
-            holders[token].append((created, end, status, tx_id))
-    for token, held in holders.items():
-        held.sort()
-        for (_, end, status, tx_id), (start, _, _, later) in itertools.pairwise(held):
-            assert status != "spent", f"{later} holds token {token} spent by {tx_id}"
-            assert start >= end, f"{tx_id} and {later} held token {token} at once"
-    live = db.query(
-        "SELECT count(*) FROM locks_tokenlock l JOIN tokens_token t "
-        "ON t.id = l.token_id WHERE l.expires_at > now() AND t.spent_at IS NULL"
-    )
-    return {"selections": len(selections), "spent": len(spent), "live_locks": live[0][0]}
+    """Assert what no fault may break (``tests.helpers.invariants``); return counts."""
+    return invariants.check_invariants(invariants.url_query(db.url), supply)
 
 
 def wait_for_no_live_locks(db: Database, lease: float) -> None:

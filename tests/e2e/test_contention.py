@@ -12,15 +12,16 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
-from itertools import pairwise
 from operator import itemgetter
 from pathlib import Path
 
 import pytest
+from django.db import connection
 from django.db.models import Sum
 
 from locks.models import Selection, TokenLock
 from tests.factories import make_tokens
+from tests.helpers.invariants import check_invariants
 from tests.helpers.processes import ROOT
 from tokens import supply
 from tokens.models import Token
@@ -71,18 +72,20 @@ def run_replicas(
 
 
 def assert_never_held_twice(records: list[dict]) -> None:
-    """No token was in two selections whose holding intervals overlap."""
-    intervals = defaultdict(list)
+    """No token was held by two selections at once, nor after it was spent.
+
+    Read from the database's own rows (``tests.helpers.invariants``), stamped by the server's
+    clock under the locks: the windows a replica records around its calls say nothing of a
+    double grant that fell between them. The records only name what each replica got, which
+    must be what its selection row holds.
+    """
+    rows = {s.tx_id: s for s in Selection.objects.all()}
     for record in records:
         if record["outcome"] == "selected":
-            for token_id in record["tokens"]:
-                intervals[token_id].append(
-                    (record["acquired"], record["released_at"], record["tx_id"])
-                )
-    for token_id, spans in intervals.items():
-        spans.sort()
-        for (_, end, first), (start, _, second) in pairwise(spans):
-            assert start >= end, f"token {token_id} held by {first} and {second} at once"
+            row = rows.get(record["tx_id"])
+            assert row is not None, f"{record['tx_id']} got tokens but has no selection row"
+            assert sorted(row.token_ids) == sorted(record["tokens"]), record["tx_id"]
+    check_invariants()
 
 
 def assert_books_balance(records: list[dict], issued: Decimal | Mapping[str, Decimal]) -> None:
@@ -331,6 +334,54 @@ def test_multi_currency_legs_among_a_mix_of_strategies(
     assert not TokenLock.objects.filter(spender_tx_id__in=tx_ids).exists()
     assert not Token.objects.filter(tx_id__in=tx_ids).exists()
     assert_rows_hold_what_was_returned(records)
+
+
+# A lease short enough that a selection held past it is taken over during the test, long
+# enough that one held as the others are (milliseconds) is spent well within it.
+SHORT_LEASE = 0.4
+TAKEN_OVER = """
+SELECT count(*) FROM locks_selection a
+JOIN locks_selection b ON b.token_ids && a.token_ids AND b.id <> a.id
+WHERE b.created_at >= a.expires_at AND b.created_at < a.released_at
+"""
+
+
+@pytest.mark.parametrize(
+    "replicas,selections",
+    [
+        pytest.param(6, 10, id="short"),
+        pytest.param(10, 60, id="long", marks=pytest.mark.slow),
+    ],
+)
+def test_leases_that_run_out_are_taken_over_and_their_holders_refused(
+    tmp_path, subprocess_env, replicas, selections
+):
+    """Some replicas hold a selection past a short lease: the others take its tokens over while
+    it still holds on, and its spend is refused. No token is held twice all the same."""
+    make_tokens(30, wallet="short-lease", quantity=10)
+    env = dict(subprocess_env, SHERDLOCK_LEASE_SECONDS=str(SHORT_LEASE))
+    records = run_replicas(
+        tmp_path,
+        env,
+        replicas,
+        wallets=["short-lease"],
+        selections=selections,
+        min_quantity=10,
+        max_quantity=60,
+        overstay_ratio=0.3,
+        overstay=3 * SHORT_LEASE,
+    )
+    overstayed = [r for r in records if r.get("overstayed")]
+    assert overstayed
+    # Each overstayed selection that tried to spend was refused, and let go.
+    assert {r["action"] for r in overstayed} <= {"lease_lost", "released"}
+    assert any(r["action"] == "lease_lost" for r in overstayed)
+    # Others took tokens over while their holders still held on (released them later).
+    with connection.cursor() as cursor:
+        cursor.execute(TAKEN_OVER)
+        assert cursor.fetchone()[0] > 0, "no lease was taken over during the run"
+    assert_never_held_twice(records)
+    assert_books_balance(records, Decimal(300))
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,12 @@ succeeds. Recovery time (database answering again to the first successful reques
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
 import time
+from collections import defaultdict
 from collections.abc import Iterator
 from decimal import Decimal
 
@@ -33,8 +35,10 @@ from tests.e2e.faults import (
 from tests.e2e.servers import web_server
 from tests.e2e.test_serve import wait_for
 from tests.helpers.processes import child_env
+from tests.helpers.processes import wait_for as wait_for_processes
 
 LEASE = 3.0
+WORKERS = 2
 TOKENS_PER_WALLET = 40
 QUANTITY = 10
 
@@ -103,8 +107,18 @@ def server_errors(records: list[dict]) -> list[dict]:
     ]
 
 
-def workers(master_pid: int) -> list[psutil.Process]:
-    return psutil.Process(master_pid).children()
+def serving(master_pid: int, killed: set[int], count: int) -> list[psutil.Process]:
+    """Wait until the server runs ``count`` live workers, none of them one ``killed``."""
+
+    def live() -> list[psutil.Process]:
+        found = []
+        for child in psutil.Process(master_pid).children():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if child.pid not in killed and child.status() != psutil.STATUS_ZOMBIE:
+                    found.append(child)
+        return found if len(found) == count else []
+
+    return wait_for_processes(live, f"{count} workers in place of the killed ones")
 
 
 def wait_for_first_selection(path, timeout: float = 30.0) -> None:
@@ -119,20 +133,24 @@ def wait_for_first_selection(path, timeout: float = 30.0) -> None:
 def test_killed_workers_and_clients_lose_nothing(database, tmp_path, duration, kills):
     run = Run(database, tmp_path, f"kill{duration}", wallets=2)
     supply = run.supply()
-    with web_server(run.env, tmp_path / "web.log", workers=2) as server:
+    with web_server(run.env, tmp_path / "web.log", workers=WORKERS) as server:
         run.start_clients(server.base, count=4, duration=duration)
         # One client is killed right after a selection: its locks must expire with the lease.
         wait_for_first_selection(run.outs[0])
         os.kill(run.clients[0].pid, signal.SIGKILL)
         rng = random.Random(0)
+        killed: set[int] = set()
         for _ in range(kills):
             time.sleep(duration / (kills + 1))
-            alive = workers(server.process.pid)
-            if alive:
-                rng.choice(alive).send_signal(signal.SIGKILL)
+            # Each kill finds both workers: the server replaced the one killed before.
+            alive = serving(server.process.pid, killed, WORKERS)
+            victim = rng.choice(alive)
+            victim.send_signal(signal.SIGKILL)
+            killed.add(victim.pid)
         run.wait_clients(timeout=duration + 120)
         # The server replaced every killed worker and still serves: it did not give up.
         assert server.process.poll() is None, server.log_text()[-3000:]
+        serving(server.process.pid, killed, WORKERS)
         assert wait_for(f"{server.base}/healthz", timeout=30) == 200
         log = server.log_text()
     records = run.records()
@@ -144,6 +162,9 @@ def test_killed_workers_and_clients_lose_nothing(database, tmp_path, duration, k
     )
     assert server_errors(records) == []
     assert not [r for r in records if r["status"] == 503], "the database never went away"
+    # A request whose worker was killed lost its answer and was sent again (the same tx_id);
+    # every answer given was a success or a healthy refusal.
+    assert unexpected([r for r in records if r["status"] != 0]) == []
     assert sum(r["status"] in (200, 201) for r in records) > 20
     assert "Traceback" not in log, log[-3000:]
 
@@ -163,15 +184,17 @@ def test_database_restarts_lose_nothing_and_recover(database, tmp_path, modes, d
     recoveries = []
     with web_server(run.env, tmp_path / "web.log", workers=2) as server:
         run.start_clients(server.base, count=4, duration=duration)
-        restarts = []  # (mode, when the restart began, when the database answered again)
+        # (mode, when the restart began, when the database answered again, when it began by
+        # the wall clock)
+        restarts = []
         for mode in modes:
             time.sleep(duration / (len(modes) + 1))
-            began = time.monotonic()
-            restarts.append((mode, began, database.restart(mode)))
+            began, wall = time.monotonic(), time.time()
+            restarts.append((mode, began, database.restart(mode), wall))
         run.wait_clients(timeout=duration + 120)
         log = server.log_text()
     records = run.records()
-    for mode, _, answered in restarts:
+    for mode, _, answered, _ in restarts:
         recoveries.append((mode, recovery_seconds(records, answered)))
     wait_for_no_live_locks(database, LEASE)
     report = check_invariants(database, supply=supply)
@@ -188,11 +211,59 @@ def test_database_restarts_lose_nothing_and_recover(database, tmp_path, modes, d
     # selection answered just before it, whose spend or release then finds nothing to act on.
     recorded = {row[0] for row in database.query("SELECT tx_id FROM locks_selection")}
     forgotten = [r for r in records if forgotten_grant(r, recorded)]
-    ends = [began for _, began, _ in restarts[1:]] + [float("inf")]
-    for (mode, _, answered), next_began in zip(restarts, ends, strict=True):
+    assert_forgotten_grants_held_alone(database, records, forgotten, restarts)
+    print(f"[faults] {len(forgotten)} answers to a grant the database forgot")
+    ends = [began for _, began, _, _ in restarts[1:]] + [float("inf")]
+    for (mode, _, answered, _), next_began in zip(restarts, ends, strict=True):
         window = [r for r in records if r["end"] < next_began and r not in forgotten]
         assert unexpected(window, after=answered) == [], mode
     assert "Traceback" not in log, log[-3000:]
+
+
+def assert_forgotten_grants_held_alone(
+    db: Database, records: list[dict], forgotten: list[dict], restarts: list[tuple]
+) -> None:
+    """A grant the database forgot was lost by an immediate restart, and while its client was
+    told it held the tokens (from the answer to the restart, at most a lease) no one else
+    held any of them: not a selection the database kept, nor another forgotten grant."""
+    granted = {
+        r["tx_id"]: r
+        for r in records
+        if r["path"] == "/api/v1/selections/" and r["status"] in (200, 201)
+    }
+    identity = {
+        token_id: (tx_id, index)
+        for token_id, tx_id, index in db.query('SELECT id, tx_id, "index" FROM tokens_token')
+    }
+    holds = defaultdict(list)  # token (tx_id, index) -> [(start, end, holder)], wall seconds
+    for tx_id, status, token_ids, created, expires, spent, released in db.query(
+        "SELECT tx_id, status, token_ids, created_at, expires_at, spent_at, released_at "
+        "FROM locks_selection"
+    ):
+        end = {"spent": spent, "released": min(released or expires, expires)}.get(status, expires)
+        for token_id in token_ids:
+            holds[identity[token_id]].append((created.timestamp(), end.timestamp(), tx_id))
+    # An immediate restart forgets what it had not yet written: a grant answered before it
+    # answered again (while it went down, perhaps after it began).
+    immediate = [(answered, wall) for mode, _, answered, wall in restarts if mode == "immediate"]
+    for tx_id in sorted({r["path"].strip("/").split("/")[3] for r in forgotten}):
+        grant = granted[tx_id]
+        lost = [wall for answered, wall in immediate if answered >= grant["end"]]
+        assert lost, (
+            f"{tx_id} was forgotten, yet no immediate restart followed its grant: "
+            f"{[r for r in records if r.get('tx_id') == tx_id or tx_id in r['path']]}, "
+            f"restarts {restarts}"
+        )
+        # Held from its answer at least until the restart began (or its lease ended): at
+        # least the instant of its answer, if that came while the server went down.
+        start = grant["wall_end"]
+        end = max(start, min(lost[0], grant["wall_start"] + LEASE))
+        for token in map(tuple, grant["tokens"]):
+            for other_start, other_end, other in holds[token]:
+                assert other_end <= start or other_start > end or other_start == end > start, (
+                    f"{other} held {token} while forgotten {tx_id} was told it held it"
+                )
+            holds[token].append((start, end, tx_id))
 
 
 def forgotten_grant(record: dict, recorded: set[str]) -> bool:

@@ -3,8 +3,9 @@
 schemathesis tests every operation with the schema's boundary values (its coverage phase) and
 with random cases, both valid (positive) and invalid (negative). A test fails on any 5xx, on a
 response that breaks the schema (status, content type, body), on schema-valid data refused
-with a 400 and on schema-invalid data accepted. The default run is bounded to fit CI;
-``-m slow`` runs many more random cases.
+with a 400 and on schema-invalid data accepted; afterwards the database's rows must keep every
+invariant (tests/helpers/invariants.py). The default run is bounded to fit CI (random cases,
+and every boundary case once); ``-m slow`` runs many more random cases.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from schemathesis.specs.openapi.checks import ignored_auth, positive_data_accept
 
 from locks.request_serializers import MAX_WAIT_SECONDS
 from tests.e2e.servers import WebServer, web_server
+from tests.helpers.invariants import check_invariants
 from tests.helpers.processes import child_env, database_url
 
 # Declares that the tests need the test database (each runs in a transaction of its own that
@@ -69,10 +71,11 @@ def seed() -> str:
     """Issue tokens and make selections in every state; return a key with every right."""
     from clients.models import ApiKey
     from locks.services import release_selection, select_tokens, spend_selection
+    from tokens import supply
     from tokens.models import Token
     from tokens.services import TokenSpec
 
-    Token.objects.bulk_create(
+    minted = Token.objects.bulk_create(
         Token(
             tx_id=f"mint-{wallet}-{currency}",
             index=i,
@@ -84,6 +87,7 @@ def seed() -> str:
         for currency in CURRENCIES
         for i, q in enumerate([1, 5, 50, 500])
     )
+    supply.add(supply.unspent_by_currency(minted))  # as if issued: the summary must agree
     selections = {tx_id: select_tokens(tx_id, "alice", "USD", 1)[0] for tx_id in SELECTIONS}
     total = int(selections["spent"].total)
     spend_selection("spent", [TokenSpec("spent", 0, "bob", "USD", total)])
@@ -115,6 +119,9 @@ def target(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Tar
             yield Target(server, key, session)
         text = log.read_text(errors="replace")
         assert "Traceback" not in text, text[-5000:]
+        # Whatever the cases issued, selected, spent or released, no invariant broke.
+        with django_db_blocker.unblock():
+            check_invariants(recorded_supply=True)
     finally:
         with django_db_blocker.unblock():
             call_command("flush", interactive=False, verbosity=0)
@@ -151,9 +158,12 @@ def load(phases: list[str]):
 # test per operation; the fixture checks that the server publishes this very schema. The quick
 # run draws random cases only; the long one adds the coverage phase (every boundary value and
 # violation the schema defines, and unexpected methods) and the check that authentication is
-# enforced (which re-sends each successful request without and with forged credentials).
+# enforced (which re-sends each successful request without and with forged credentials). The
+# boundaries run is the long one without its many random cases: the coverage phase's cases are
+# explicit examples, all tried whatever max_examples says, so it fits the default run.
 quick = load(["examples", "fuzzing"])
 thorough = load(["examples", "coverage", "fuzzing"])
+boundaries = load(["coverage"])
 
 
 def known_rule_refuses(case) -> bool:
@@ -208,4 +218,10 @@ def test_the_api_answers_what_its_schema_says(case, target):
 @thorough.parametrize()
 @THOROUGH
 def test_the_api_answers_what_its_schema_says_at_length(case, target):
+    check(case, target, thorough=True)
+
+
+@boundaries.parametrize()
+@settings(QUICK, max_examples=1)
+def test_the_api_answers_what_its_schema_says_at_its_boundaries(case, target):
     check(case, target, thorough=True)

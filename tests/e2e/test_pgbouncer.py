@@ -103,13 +103,25 @@ def test_listening_replicas_through_the_pool_never_double_spend(
     assert pool["sv_active"] + pool["sv_idle"] + pool["sv_used"] <= POOL_SIZE
 
 
-@pytest.mark.slow
-def test_replicas_through_the_pool_across_wallets(tmp_path, pooled_env):
+@pytest.mark.parametrize(
+    "replicas,selections",
+    [
+        pytest.param(POOL_SIZE + 2, 8, id="short"),
+        pytest.param(50, 30, id="long", marks=pytest.mark.slow),
+    ],
+)
+def test_replicas_through_the_pool_across_wallets(tmp_path, pooled_env, replicas, selections):
     wallets = [f"w{i}" for i in range(20)]
     for wallet in wallets:
         make_tokens(20, wallet=wallet, quantity=5)
     records = run_replicas(
-        tmp_path, pooled_env, 50, wallets=wallets, selections=30, min_quantity=1, max_quantity=20
+        tmp_path,
+        pooled_env,
+        replicas,
+        wallets=wallets,
+        selections=selections,
+        min_quantity=1,
+        max_quantity=20,
     )
     counts = outcomes(records)
     assert counts.get("insufficient_funds", 0) == 0, counts

@@ -3,8 +3,8 @@
 Two workers, two load processes selecting then spending or releasing
 (tests/workers/load_client.py) on the test database. Each worker's resident memory is sampled
 after a warm-up and again at the end: it grows by less than 10 %, every answer is a success or
-a healthy refusal, and the workers that started are the ones that finish. ``-m slow`` runs ten
-minutes.
+a healthy refusal, the workers that started are the ones that finish, and the database's rows
+keep every invariant (tests/helpers/invariants.py). ``-m slow`` runs ten minutes.
 """
 
 from __future__ import annotations
@@ -17,8 +17,11 @@ import pytest
 
 from tests.e2e.faults import SUCCESS, read_records, start_load, unexpected
 from tests.e2e.servers import web_server
+from tests.helpers.invariants import check_invariants
 
 WALLETS = ["soak-a", "soak-b"]
+TOKENS = 200  # of 10, per wallet
+ISSUED = len(WALLETS) * TOKENS * 10
 MAX_GROWTH = 0.10
 
 
@@ -29,7 +32,7 @@ def seed() -> str:
     Token.objects.bulk_create(
         Token(tx_id=f"mint-{wallet}", index=i, wallet=wallet, currency="USD", quantity=Decimal(10))
         for wallet in WALLETS
-        for i in range(200)
+        for i in range(TOKENS)
     )
     return ApiKey.objects.create_key(name="soak", wallets=WALLETS, can_select=True)[1]
 
@@ -82,3 +85,4 @@ def test_workers_do_not_grow_under_steady_load(subprocess_env, tmp_path, warm_up
     assert sum(r["status"] in SUCCESS for r in measured_records) > measured  # > 1/s
     assert all(g < MAX_GROWTH for g in growth.values()), growth
     assert "Traceback" not in log and "WORKER TIMEOUT" not in log, log[-3000:]
+    check_invariants(issued=Decimal(ISSUED))

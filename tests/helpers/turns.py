@@ -11,7 +11,8 @@ from sherdlock import WalletKey
 class Worker(threading.Thread):
     """Run ``work`` in a thread of its own, then ``after`` (e.g. close its database session).
 
-    ``join`` re-raises what ``work`` raised, so that an assertion in it fails the test.
+    ``join`` re-raises what ``work`` raised, so that an assertion in it fails the test, and
+    fails if ``work`` is still running when its timeout ends.
     """
 
     def __init__(self, work: Callable[..., object], *args: object, after=None) -> None:
@@ -30,6 +31,7 @@ class Worker(threading.Thread):
 
     def join(self, timeout: float | None = None) -> None:
         super().join(timeout)
+        assert not self.is_alive(), f"{self.work} still running after {timeout} s"
         if self.error is not None:
             raise self.error
 

@@ -87,6 +87,17 @@ def test_more_text_in_any_search_box_or_filter_finds_nothing(admin_client, rows,
     try_every_box(admin_client, label, NASTY + MORE_NASTY)
 
 
+@pytest.mark.parametrize("n, label", enumerate(CHANGELISTS))
+def test_more_text_in_some_search_box_or_filter_finds_nothing(admin_client, rows, n, label):
+    """The long variant in brief: each changelist tries one more text, in turn, so that every
+    one of them is tried in some changelist."""
+    try_every_box(admin_client, label, [MORE_NASTY[n % len(MORE_NASTY)]])
+
+
+def test_the_brief_variant_tries_every_text():
+    assert len(CHANGELISTS) >= len(MORE_NASTY)
+
+
 def test_every_changelist_was_tried_with_its_filters_and_search():
     # The parametrisation above must reach the project's and third-party admins alike.
     assert {

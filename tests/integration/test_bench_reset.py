@@ -65,6 +65,34 @@ def test_a_second_run_on_the_same_database_refuses_to_start(db_url):
         assert held == (False,)
 
 
+def test_a_run_gives_the_lock_back_before_its_session_ends(db_url, monkeypatch):
+    """The server process of a closed session keeps its locks until it has exited, which may be
+    after the client has moved on: the run (or test) that starts right after must find the
+    database free all the same."""
+    import psycopg
+
+    lingering: list[psycopg.Connection] = []
+    connect = psycopg.connect
+
+    def connect_lingering(*args, **kwargs):
+        conn = connect(*args, **kwargs)
+        lingering.append(conn)
+        conn.close = lambda: None  # its server process has not exited yet
+        return conn
+
+    monkeypatch.setattr(psycopg, "connect", connect_lingering)
+    try:
+        with database.exclusive(db_url):
+            pass
+        monkeypatch.undo()
+        assert lingering, "the run took no session"
+        with database.exclusive(db_url):
+            pass
+    finally:
+        for conn in lingering:
+            psycopg.Connection.close(conn)
+
+
 def test_a_stand_alone_script_refuses_a_database_a_run_holds(db_url, monkeypatch, capsys):
     """A script that reseeds the database (bench.library_cpu, say) must not do it mid-run."""
     from urllib.parse import urlsplit

@@ -10,8 +10,8 @@ the higher one.
 
 from __future__ import annotations
 
+import queue
 import threading
-import time
 
 import psycopg
 import pytest
@@ -20,6 +20,7 @@ from django.db import connection
 from locks import replica
 from locks.services import extend_selection, release_selection, select_tokens
 from tests.factories import make_tokens
+from tests.helpers.blocked import wait_until_blocked
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,18 +33,21 @@ def fresh_replica():
 
 
 def _in_thread(call):
-    """Run ``call`` in a thread with its own connection; return (thread, outcome list).
+    """Run ``call`` in a thread with its own connection; return (thread, outcome list, the
+    connection's backend pid).
 
     The connection reads tables sequentially, in physical order (on a table this small that is
     a plan the planner may pick anyway; an index scan would meet the rows in key order).
     """
     outcome: list[object] = []
+    pids: queue.Queue[int] = queue.Queue()
 
     def run() -> None:
         try:
             with connection.cursor() as cursor:
                 cursor.execute("SET enable_indexscan = off")
                 cursor.execute("SET enable_bitmapscan = off")
+                pids.put(cursor.connection.info.backend_pid)
             outcome.append(call())
         except Exception as exc:  # reported to the test
             outcome.append(exc)
@@ -56,7 +60,7 @@ def _in_thread(call):
 
     thread = threading.Thread(target=run)
     thread.start()
-    return thread, outcome
+    return thread, outcome, pids.get(timeout=10)
 
 
 @pytest.mark.parametrize("operation", ["extend", "release"])
@@ -77,10 +81,10 @@ def test_waits_for_a_takeover_without_holding_a_higher_row(db_url, operation):
         taker.execute("BEGIN")
         taker.execute("SELECT 1 FROM locks_tokenlock WHERE token_id = %s FOR UPDATE", [low])
         if operation == "extend":
-            thread, outcome = _in_thread(lambda: extend_selection("tx-a", 30))
+            thread, outcome, pid = _in_thread(lambda: extend_selection("tx-a", 30))
         else:
-            thread, outcome = _in_thread(lambda: release_selection("tx-a"))
-        time.sleep(0.5)  # the statement under test is now waiting for the lower row
+            thread, outcome, pid = _in_thread(lambda: release_selection("tx-a"))
+        wait_until_blocked(pid)  # the statement under test waits for the lower row
         assert thread.is_alive()
         # The takeover goes on to the higher row: free, unless the statement took it first.
         taker.execute("SET LOCAL lock_timeout = '3s'")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 
@@ -10,6 +11,7 @@ from django.db import connection, transaction
 
 from locks.store import PostgresTokenStore
 from sherdlock import WalletKey
+from tests.helpers.blocked import wait_until_blocked
 from tests.helpers.turns import Worker, assert_turns_go_in_the_order_asked
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -52,9 +54,16 @@ def test_a_held_turn_is_refused_to_others_and_awaited_until_it_ends(store):
         assert cursor.fetchone()[0] == "0"
 
     ended: dict[str, bool] = {}
-    waiter = _in_session(lambda: ended.setdefault("ended", store.await_turn(KEY, 10.0)))
-    waiter.join(0.2)
-    assert waiter.is_alive()  # waits for the holder
+    pids: queue.Queue[int] = queue.Queue()
+
+    def await_the_end() -> None:
+        connection.ensure_connection()
+        pids.put(connection.connection.info.backend_pid)
+        ended["ended"] = store.await_turn(KEY, 10.0)
+
+    waiter = _in_session(await_the_end)
+    wait_until_blocked(pids.get(timeout=5), "advisory")  # waits for the holder
+    assert ended == {}
     done.set()
     for thread in (holder, waiter):
         thread.join(10)

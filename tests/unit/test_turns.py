@@ -10,6 +10,7 @@ import time
 import pytest
 
 from sherdlock import FundsLocked, InMemoryStore, Selector, SelectorConfig, WalletKey
+from tests.helpers.processes import wait_for
 from tests.helpers.turns import Worker, assert_turns_go_in_the_order_asked
 from tests.unit.selector_helpers import assert_owns, hold, issue, locks_of, make_selector
 
@@ -134,7 +135,8 @@ def _newcomer_while_a_turn_is_held(key: WalletKey, yield_limit: float, contested
 
 def test_a_newcomer_to_a_contested_key_waits_for_the_turn_to_end(key):
     with _newcomer_while_a_turn_is_held(key, yield_limit=10.0) as (store, newcomer, got, done):
-        newcomer.join(0.2)
+        # Inside its wait for the turn, which cannot end while the turn is held.
+        wait_for(lambda: store.calls["await_turn"], "the newcomer to wait for the turn")
         assert newcomer.is_alive() and got == {}  # waits, though the token is free
         assert store.calls["fetch_and_lock"] == store.calls["try_lock"] == 0
         done.set()

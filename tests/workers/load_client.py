@@ -1,8 +1,9 @@
 """An HTTP load process for the fault and soak tests: select, then spend or release, repeatedly.
 
 Run as ``python -m tests.workers.load_client --base URL --key KEY --out FILE ...``. Each request
-is written as a JSON line (CLOCK_MONOTONIC start and end, status, code), so the test can tell
-when errors happened and when requests succeeded again. It calls through the API's client
+is written as a JSON line (CLOCK_MONOTONIC and wall-clock start and end, status, code, its tx_id,
+and the tokens a selection got), so the test can tell when errors happened, when requests
+succeeded again, and who was told it held what. It calls through the API's client
 (``sherdlock_client``) as a careful wallet backend would: a request whose answer was lost (the
 worker died, the connection dropped) or that was answered 503 is sent again by the client, with
 the same tx_id, which the API makes idempotent, until it gets an answer or its deadline passes;
@@ -29,6 +30,7 @@ from sherdlock_client import (
     Retry,
     RetryPolicy,
     Selection,
+    Spent,
 )
 
 T = TypeVar("T")
@@ -64,33 +66,45 @@ class Recorder:
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
-        self.started = 0.0
+        self.started = self.wall_started = 0.0
+        self.tx_id: str | None = None
 
-    def write(self, path: str, status: int, code: str | None) -> None:
+    def write(self, path: str, status: int, code: str | None, answer: object = None) -> None:
         record: dict[str, Any] = {
             "path": path,
             "start": self.started,
             "end": time.monotonic(),
+            # The database's clock (the same machine's) stamps its rows: the wall clock lets the
+            # test set a request beside them.
+            "wall_start": self.wall_started,
+            "wall_end": time.time(),
             "status": status,
             "code": code,
         }
+        if self.tx_id is not None:
+            record["tx_id"] = self.tx_id
+        held = answer.selection if isinstance(answer, Spent) else answer
+        if isinstance(held, Selection):
+            record["tokens"] = [[token.tx_id, token.index] for token in held.tokens]
         self.out.write(json.dumps(record) + "\n")
         self.out.flush()
 
     def retried(self, retry: Retry) -> None:
         self.write(retry.target, *failure(retry.error))
-        self.started = time.monotonic() + retry.delay  # when the next attempt goes out
+        # When the next attempt goes out.
+        self.started = time.monotonic() + retry.delay
+        self.wall_started = time.time() + retry.delay
 
-    def call(self, path: str, send: Callable[[], T]) -> T | None:
+    def call(self, path: str, tx_id: str, send: Callable[[], T]) -> T | None:
         """Send one call (retried by the client); return its answer, or None if it failed."""
-        self.started = time.monotonic()
+        self.started, self.wall_started, self.tx_id = time.monotonic(), time.time(), tx_id
         try:
             answer = send()
         except ClientError as error:
             self.write(path, *failure(error))
             return None
         created = isinstance(answer, Selection) and answer.created
-        self.write(path, 201 if created else 200, None)
+        self.write(path, 201 if created else 200, None, answer)
         return answer
 
 
@@ -114,7 +128,7 @@ def main(argv: list[str]) -> int:
             tx_id, wallet = f"{args.name}-{n}", rng.choice(args.wallets)
             quantity = rng.randint(1, args.max_quantity)
             selection = recorder.call(
-                api, partial(client.select, tx_id, wallet, args.currency, quantity)
+                api, tx_id, partial(client.select, tx_id, wallet, args.currency, quantity)
             )
             if selection is None:
                 continue
@@ -123,9 +137,11 @@ def main(argv: list[str]) -> int:
                     Output(i, wallet, args.currency, token.quantity)
                     for i, token in enumerate(selection.tokens)
                 ]
-                recorder.call(f"{api}{tx_id}/spend/", partial(client.spend, tx_id, outputs))
+                spend = partial(client.spend, tx_id, outputs)
+                recorder.call(f"{api}{tx_id}/spend/", tx_id, spend)
             else:
-                recorder.call(f"{api}{tx_id}/release/", partial(client.release, tx_id))
+                release = partial(client.release, tx_id)
+                recorder.call(f"{api}{tx_id}/release/", tx_id, release)
         client.close()
     return 0
 

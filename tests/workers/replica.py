@@ -47,6 +47,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-quantity", type=int, default=30)
     parser.add_argument("--hold", type=float, default=0.002, help="seconds to hold a selection")
     parser.add_argument("--spend-ratio", type=float, default=0.5)
+    parser.add_argument(
+        "--overstay-ratio",
+        type=float,
+        default=0.0,
+        help="share of selections held --overstay seconds (past a short lease) before the spend",
+    )
+    parser.add_argument("--overstay", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument(
         "--wait",
@@ -95,6 +102,7 @@ TERMS: dict[str, dict[str, object]] = {"exact": {"max_change": 4}, "consolidate"
 def run(args: argparse.Namespace, rng: random.Random, out) -> None:
     """Make ``args.selections`` selections, writing one JSON line each."""
     from locks import services
+    from locks.errors import LeaseLost
     from sherdlock import FundsLocked, InsufficientFunds, NoMatch, Strategy
 
     currencies = args.currencies or [args.currency]
@@ -132,7 +140,11 @@ def run(args: argparse.Namespace, rng: random.Random, out) -> None:
             )
         else:
             acquired = time.monotonic()
-            time.sleep(args.hold * rng.random() * 2)
+            if rng.random() < args.overstay_ratio:
+                record["overstayed"] = True
+                time.sleep(args.overstay)
+            else:
+                time.sleep(args.hold * rng.random() * 2)
             record.update(
                 outcome="selected",
                 tokens=list(selection.token_ids),
@@ -143,8 +155,14 @@ def run(args: argparse.Namespace, rng: random.Random, out) -> None:
             )
             if rng.random() < args.spend_ratio:
                 record["released_at"] = time.monotonic()
-                spend(services, args, selection, wanted, record)
-                record["action"] = "spent"
+                try:
+                    spend(services, args, selection, wanted, record)
+                except LeaseLost:
+                    # Refused once the lease ran out, as it must be; a client then lets go.
+                    services.release_selection(tx_id)
+                    record["action"] = "lease_lost"
+                else:
+                    record["action"] = "spent"
             else:
                 record["released_at"] = time.monotonic()
                 services.release_selection(tx_id)
