@@ -1,7 +1,7 @@
 """The harness: ours against its baselines, the HTTP path, housekeeping points, the chain.
 
 ``python -m bench`` (what ``make bench`` runs) prints progress while it measures, then tables
-with ratios and the targets, and writes ``report.json`` and ``throughput.png`` under ``--out``.
+with ratios and the targets, and writes ``report.json``, ``figures.md`` and ``throughput.png`` under ``--out``.
 """
 
 from __future__ import annotations
@@ -265,6 +265,7 @@ def _run(args: argparse.Namespace, started: float) -> int:
         chain,
         chain_http,
         client_cpu,
+        figures,
         housekeeping,
         plot,
         pooling,
@@ -321,6 +322,7 @@ def _run(args: argparse.Namespace, started: float) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     report_path = report.write(data, args.out / "report.json")
     plot_path = plot.draw(data, args.out / "throughput.png")
+    (args.out / "figures.md").write_text(figures.table(data))
     print(report.render(data))
     say(f"report {report_path}, plot {plot_path}")
     if args.write_baseline:
