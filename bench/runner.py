@@ -1,7 +1,8 @@
 """The harness: ours against its baselines, the HTTP path, housekeeping points, the chain.
 
 ``python -m bench`` (what ``make bench`` runs) prints progress while it measures, then tables
-with ratios and the targets, and writes ``report.json``, ``figures.md`` and ``throughput.png`` under ``--out``.
+with ratios and the targets, and writes ``report.json``, ``figures.md`` and ``throughput.png``
+under ``--out``.
 """
 
 from __future__ import annotations
@@ -150,6 +151,7 @@ class Harness:
         from bench import verify
         from bench.strategies import floor
         from common.knobs import knobs
+        from sherdlock.config import FETCH_LIMIT
 
         options = knobs()
         result = floor.run(
@@ -157,7 +159,7 @@ class Harness:
             replicas,
             duration,
             connection.settings_dict,
-            options.fetch_limit,
+            FETCH_LIMIT,
             options.lease_seconds,
         )
         latencies, elapsed = result["latencies"], result["elapsed"]

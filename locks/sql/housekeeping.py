@@ -124,7 +124,7 @@ STILL_EMPTY = "SELECT NOT EXISTS (SELECT FROM {table})"
 TRUNCATE = "TRUNCATE {table}"
 
 # The run log and the dashboard's failed-selection log are history, not state: keep
-# HOUSEKEEPING_HISTORY_DAYS of each, removed in the same bounded batches.
+# locks.housekeeping.HISTORY_DAYS of each, removed in the same bounded batches.
 PRUNE_RUNS = """
 DELETE FROM locks_housekeepingrun WHERE id = ANY(ARRAY(
     SELECT id FROM locks_housekeepingrun
