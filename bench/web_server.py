@@ -82,7 +82,7 @@ class Server:
         """Return how many client connections each worker holds, most first.
 
         A kept-alive connection stays with the worker that accepted it until a worker holding
-        more than its share closes it (``WEB_REBALANCE_REQUESTS``), so a few load processes
+        more than its share closes it (``config.gunicorn.REBALANCE_REQUESTS``), so a few load processes
         can start split unevenly between the workers: at R = 4, all four on one worker cost
         the HTTP point a third of its selections until the workers evened the split out
         (docs/performance.md, "How the load's connections split between the web workers").

@@ -273,8 +273,10 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
-# The largest request body read (API JSON and admin forms); 1000 tokens of long names fit.
-DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("SHERDLOCK_MAX_BODY_BYTES", 2_621_440))
+# The largest request body read (API JSON and admin forms): the largest valid request, 1000
+# tokens or outputs with names of the longest allowed length, fits; more is refused (413)
+# before it is parsed, so no client can make a process parse megabytes.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"  # created by config.local.prepare
