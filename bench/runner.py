@@ -340,7 +340,7 @@ def _check(args: argparse.Namespace, data: dict, report_path: Path, names: list[
 
     A drop beyond the tolerance is measured once more before it counts: the same strategies
     at the same point, right away (``bench.check``, ``--confirmation``). One busy moment of
-    the host can halve a point (docs/performance.md, "A regression measured twice").
+    the host can halve a point.
     """
     import json
 

@@ -9,10 +9,9 @@ import time
 from gunicorn import glogging  # type: ignore[import-untyped]  # gunicorn ships no types
 
 # Threaded workers: a request waiting for held funds (Prefer: wait) parks a thread, not a
-# process, and threads share their process's replica cache and API-key cache. README, "Running
-# it", gives the measurements behind the defaults. The thread count bounds how many requests
-# may wait at once (WAIT_SLOTS, 8 fewer); threads start only as requests need them, and a
-# parked one costs neither CPU nor a database session.
+# process, and threads share their process's replica cache and API-key cache. The thread count
+# bounds how many requests may wait at once (WAIT_SLOTS, 8 fewer); threads start only as
+# requests need them, and a parked one costs neither CPU nor a database session.
 worker_class = "gthread"
 threads = int(os.environ.get("WEB_THREADS", "128"))
 

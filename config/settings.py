@@ -315,8 +315,8 @@ def rate_limit(variable: str, default: str) -> str:
 
 
 # Rolling limits on POST /api/v1/selections/ ("N/Ps": N per P seconds; "0" or "off" disables).
-# The defaults sit above what one service can serve (README, "Rate limits"): they stop a runaway
-# client, never a normal one.
+# The defaults sit above what one service can serve (docs/api.md, "Rate limits"): they stop a
+# runaway client, never a normal one.
 SHERDLOCK_RATE_LIMITS = {
     "selections_per_key": rate_limit("SHERDLOCK_RATE_SELECTIONS_PER_KEY", "120000/60s"),
     "selections_per_wallet": rate_limit("SHERDLOCK_RATE_SELECTIONS_PER_WALLET", "60000/60s"),
