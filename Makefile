@@ -83,6 +83,7 @@ PYTEST_WORKERS ?= 2
 test: $(STAMP) browser pgbouncer
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/codespell
 	$(VENV)/bin/lint-imports
 	$(PY) -m mypy --strict $(MYPY_STRICT)
 	$(PY) -m mypy $(MYPY_APPS)
@@ -94,6 +95,7 @@ test-slow: $(STAMP) pgbouncer
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/codespell
 	$(VENV)/bin/lint-imports
 	$(PY) -m mypy --strict $(MYPY_STRICT)
 	$(PY) -m mypy $(MYPY_APPS)

@@ -30,9 +30,9 @@ from bench.strategies import BASELINES, CANDIDATES, HTTP, OURS, REFERENCE
 from bench.targets import HTTP_RATIO_REPLICAS
 
 # The HTTP target's replica count is the one held. With fewer load processes, a point whose
-# connections all land on one web worker makes about half the selections of one split evenly
-# (docs/performance.md, "How the load's connections split between the web workers"): a
-# placement by the kernel, not a change of the code, so those points are listed.
+# connections all land on one web worker makes far fewer selections than one split evenly
+# (config.gunicorn, REBALANCE_REQUESTS): a placement by the kernel, not a change of the code,
+# so those points are listed.
 HTTP_HELD_REPLICAS = HTTP_RATIO_REPLICAS
 
 # A baseline that made under a twentieth of ours' selections has collapsed at that point

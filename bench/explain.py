@@ -16,7 +16,7 @@ Two passes:
 * one more cycle of each kind with ``auto_explain`` logging ``EXPLAIN (ANALYZE, BUFFERS)`` of
   every statement to this client, plans exactly as the prepared statements ran them.
 
-It prints both as Markdown (``docs/performance.md`` quotes it) and writes it to ``--out``.
+It prints both as Markdown and writes them to ``--out`` (under ``bench/results/``, not committed).
 
     python -m bench.explain [--cycles 2000] [--reuse] [--out bench/results/explain.md]
 

@@ -234,7 +234,7 @@ def measure(args: argparse.Namespace) -> dict:
     """Run both modes `args.runs` times each, alternating; return the summary and raw runs."""
     url = database_url(args.database)
     prepare(url)
-    from common.knobs import knobs
+    from sherdlock import config as tuning
 
     runs = []
     for run in range(args.runs):
@@ -247,7 +247,6 @@ def measure(args: argparse.Namespace) -> dict:
     summary = {
         mode: summarize([r for r in runs if r["mode"] == mode], args.processes) for mode in MODES
     }
-    options = knobs()
     return {
         "benchmark": "listener_effect",
         "config": {
@@ -259,9 +258,9 @@ def measure(args: argparse.Namespace) -> dict:
             "hold_max_s": args.hold,
             "spend_ratio": args.spend_ratio,
             "runs_per_mode": args.runs,
-            "fetch_limit": options.fetch_limit,
-            "cache_ttl_off": options.cache_ttl,
-            "cache_ttl_on": options.cache_ttl_listening,
+            "fetch_limit": tuning.FETCH_LIMIT,
+            "cache_ttl_off": tuning.CACHE_TTL,
+            "cache_ttl_on": tuning.CACHE_TTL_LISTENING,
         },
         "summary": summary,
         "runs": [

@@ -1,7 +1,8 @@
 """The harness: ours against its baselines, the HTTP path, housekeeping points, the chain.
 
 ``python -m bench`` (what ``make bench`` runs) prints progress while it measures, then tables
-with ratios and the targets, and writes ``report.json`` and ``throughput.png`` under ``--out``.
+with ratios and the targets, and writes ``report.json``, ``figures.md`` and ``throughput.png``
+under ``--out``.
 """
 
 from __future__ import annotations
@@ -150,6 +151,7 @@ class Harness:
         from bench import verify
         from bench.strategies import floor
         from common.knobs import knobs
+        from sherdlock.config import FETCH_LIMIT
 
         options = knobs()
         result = floor.run(
@@ -157,7 +159,7 @@ class Harness:
             replicas,
             duration,
             connection.settings_dict,
-            options.fetch_limit,
+            FETCH_LIMIT,
             options.lease_seconds,
         )
         latencies, elapsed = result["latencies"], result["elapsed"]
@@ -265,6 +267,7 @@ def _run(args: argparse.Namespace, started: float) -> int:
         chain,
         chain_http,
         client_cpu,
+        figures,
         housekeeping,
         plot,
         pooling,
@@ -321,6 +324,7 @@ def _run(args: argparse.Namespace, started: float) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     report_path = report.write(data, args.out / "report.json")
     plot_path = plot.draw(data, args.out / "throughput.png")
+    (args.out / "figures.md").write_text(figures.table(data))
     print(report.render(data))
     say(f"report {report_path}, plot {plot_path}")
     if args.write_baseline:
@@ -336,7 +340,7 @@ def _check(args: argparse.Namespace, data: dict, report_path: Path, names: list[
 
     A drop beyond the tolerance is measured once more before it counts: the same strategies
     at the same point, right away (``bench.check``, ``--confirmation``). One busy moment of
-    the host can halve a point (docs/performance.md, "A regression measured twice").
+    the host can halve a point.
     """
     import json
 

@@ -82,11 +82,9 @@ class Server:
         """Return how many client connections each worker holds, most first.
 
         A kept-alive connection stays with the worker that accepted it until a worker holding
-        more than its share closes it (``WEB_REBALANCE_REQUESTS``), so a few load processes
-        can start split unevenly between the workers: at R = 4, all four on one worker cost
-        the HTTP point a third of its selections until the workers evened the split out
-        (docs/performance.md, "How the load's connections split between the web workers").
-        Empty where the workers cannot be read.
+        more than its share closes it (``config.gunicorn.REBALANCE_REQUESTS``), so a few load
+        processes can start split unevenly between the workers, which moves a point's figures
+        until the workers even the split out. Empty where the workers cannot be read.
         """
         try:
             workers = psutil.Process(self.process.pid).children()

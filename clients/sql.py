@@ -84,8 +84,8 @@ CONSUME = {
 # used. Deleting it loses nothing and keeps the table at one row per recently active key and
 # wallet shard instead of one per key and wallet ever seen. There is no index on updated_at (one
 # would slow every CONSUME), so a batch reads the table until it has found its rows: with none
-# idle, the whole table, once per housekeeping pass (``EXPLAIN ANALYZE``: 1.1 ms at 10,000
-# active buckets, 11 ms at 100,000, 115 ms and 9,245 pages at a million). SKIP LOCKED
+# idle, the whole table, once per housekeeping pass, a cost that follows the number of active
+# buckets and stays off the selections' path. SKIP LOCKED
 # passes over buckets being consumed right now, and the repeated predicate keeps a bucket
 # touched after it was picked. The batch is drawn once into an array: an ``IN (subquery)`` the
 # planner rescans would draw a new batch per rescan (see locks.housekeeping).

@@ -167,8 +167,8 @@ def execute(
     Without query logging or execute wrappers (``connection.execute_wrapper``), Django's
     cursor wrapper would do no more than what is done here: refuse to run in a broken
     transaction and turn driver errors into ``django.db`` errors. Building that wrapper, walking
-    its empty chain of wrappers and looking the connection up twice more cost about 6% of a
-    replica's instructions per select + release cycle, so the wrapper is built only when
+    its empty chain of wrappers and looking the connection up twice more are a measurable share
+    of a replica's work per select + release cycle, so the wrapper is built only when
     something would see it.
     """
     connection = connections[using]

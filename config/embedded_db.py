@@ -33,7 +33,7 @@ SUPERUSER = "postgres"
 PORT = 5432
 # Tests start many replica processes; the stock 100 connections run out under a stress run.
 # pg_stat_statements is loaded so that statement costs can be read in place
-# (CREATE EXTENSION pg_stat_statements; docs/performance.md).
+# (CREATE EXTENSION pg_stat_statements; bench.explain reads it).
 # Pages are in memory or on SSD: a random read costs about what a sequential one does, which
 # keeps the planner on index lookups for small, fast-changing tables (the lock table).
 SERVER_OPTIONS = (

@@ -9,10 +9,9 @@ import time
 from gunicorn import glogging  # type: ignore[import-untyped]  # gunicorn ships no types
 
 # Threaded workers: a request waiting for held funds (Prefer: wait) parks a thread, not a
-# process, and threads share their process's replica cache and API-key cache. README, "Running
-# it", gives the measurements behind the defaults. The thread count bounds how many requests
-# may wait at once (WAIT_SLOTS, 8 fewer); threads start only as requests need them, and a
-# parked one costs neither CPU nor a database session.
+# process, and threads share their process's replica cache and API-key cache. The thread count
+# bounds how many requests may wait at once (WAIT_SLOTS, 8 fewer); threads start only as
+# requests need them, and a parked one costs neither CPU nor a database session.
 worker_class = "gthread"
 threads = int(os.environ.get("WEB_THREADS", "128"))
 
@@ -55,24 +54,15 @@ class Logger(glogging.Logger):
 logger_class = Logger
 
 
-def rebalance_requests(value: str | None) -> int:
-    """Read ``WEB_REBALANCE_REQUESTS``: how often a connection may be moved (0: never)."""
-    text = (value or "100").strip()
-    if not text.isdigit():
-        raise ValueError(
-            f"WEB_REBALANCE_REQUESTS={value!r}: give a number of requests, or 0 never to move "
-            "a connection"
-        )
-    return int(text)
-
-
 # A kept-alive connection stays with the worker that accepted it, and a worker that is idle
 # when a few clients connect may take them all, leaving the other worker's core idle for as
-# long as they stay connected (README, "Running it"). So every REBALANCE_REQUESTS-th request
-# of a connection, if its worker holds more than its share of all the workers' connections, is
-# answered "Connection: close": the client reconnects, as HTTP clients do, and the less busy
-# worker tends to accept. A worker at its share never closes, so an even split stays put.
-REBALANCE_REQUESTS = rebalance_requests(os.environ.get("WEB_REBALANCE_REQUESTS"))
+# long as they stay connected. So every REBALANCE_REQUESTS-th request of a connection, if its
+# worker holds more than its share of all the workers' connections, is answered "Connection:
+# close": the client reconnects, as HTTP clients do, and the less busy worker tends to accept.
+# A worker at its share never closes, so an even split stays put. A hundred requests move an
+# uneven split within a second or two of a busy client's traffic, while a reconnect (a TCP
+# handshake) in a hundred costs nothing a client notices.
+REBALANCE_REQUESTS = 100
 
 # Each worker's connection count, where every worker can read it: shared memory made before
 # the workers fork, a slot per worker (by its spawn number, ``worker.age``) holding its count
@@ -145,11 +135,10 @@ def post_fork(server, worker) -> None:
     gunicorn release that renamed ``nr_conns``): no connection would ever be moved.
     """
     os.environ["WEB_THREADS"] = str(worker.cfg.threads)
-    if REBALANCE_REQUESTS and not hasattr(worker, "nr_conns"):
+    if not hasattr(worker, "nr_conns"):
         worker.log.warning(
-            "WEB_REBALANCE_REQUESTS=%d does nothing with %s workers: they keep no count of "
-            "their connections (nr_conns), so none is moved to a worker holding fewer",
-            REBALANCE_REQUESTS,
+            "%s workers keep no count of their connections (nr_conns): none is moved to a "
+            "worker holding fewer",
             type(worker).__name__,
         )
 

@@ -138,7 +138,7 @@ def database_settings(
         # QuerySet.iterator() (the admin's choice fields among others) would declare a cursor
         # WITH HOLD, which outlives its transaction on a session the proxy lends to others.
         # Django's own statements never prepare on the server (prepare_threshold is None
-        # unless OPTIONS sets it); the application's follow the PREPARE_THRESHOLD knob.
+        # unless OPTIONS sets it); the application's are not prepared either (prepare_threshold).
         config["DISABLE_SERVER_SIDE_CURSORS"] = True
     return config
 
@@ -162,19 +162,14 @@ def direct_database_url(url: str | None, pooling: str) -> str | None:
     return url
 
 
-def prepare_threshold(value: str | None, pooling: str) -> int | None:
-    """Read ``SHERDLOCK_PREPARE_THRESHOLD`` ("off" never prepares); off behind a pooler."""
-    variable = "SHERDLOCK_PREPARE_THRESHOLD"
-    threshold = Knobs.from_environ({} if value is None else {variable: value}).prepare_threshold
-    if pooling == TRANSACTION_POOLING:
-        if threshold is not None and value is not None:
-            raise ImproperlyConfigured(
-                f"{variable}={value!r} with DATABASE_POOLING=transaction: a "
-                "statement prepared on one server session is unknown to the next one the "
-                "proxy lends; leave it unset (statements are then never prepared)"
-            )
-        return None
-    return threshold
+def prepare_threshold(pooling: str) -> int | None:
+    """Return when hot statements are prepared: at their first run, never behind a pooler.
+
+    The hot statements are a fixed set, each run many times, so preparing them at once saves
+    their planning from the first run on; a statement prepared on one server session is unknown
+    to the next one a transaction-pooling proxy lends, so there nothing is prepared.
+    """
+    return None if pooling == TRANSACTION_POOLING else 0
 
 
 # Production sets SECRET_KEY; a local run uses one generated into the data directory when
@@ -278,8 +273,10 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
-# The largest request body read (API JSON and admin forms); 1000 tokens of long names fit.
-DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("SHERDLOCK_MAX_BODY_BYTES", 2_621_440))
+# The largest request body read (API JSON and admin forms): the largest valid request, 1000
+# tokens or outputs with names of the longest allowed length, fits; more is refused (413)
+# before it is parsed, so no client can make a process parse megabytes.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"  # created by config.local.prepare
@@ -318,8 +315,8 @@ def rate_limit(variable: str, default: str) -> str:
 
 
 # Rolling limits on POST /api/v1/selections/ ("N/Ps": N per P seconds; "0" or "off" disables).
-# The defaults sit above what one service can serve (README, "Rate limits"): they stop a runaway
-# client, never a normal one.
+# The defaults sit above what one service can serve (docs/api.md, "Rate limits"): they stop a
+# runaway client, never a normal one.
 SHERDLOCK_RATE_LIMITS = {
     "selections_per_key": rate_limit("SHERDLOCK_RATE_SELECTIONS_PER_KEY", "120000/60s"),
     "selections_per_wallet": rate_limit("SHERDLOCK_RATE_SELECTIONS_PER_WALLET", "60000/60s"),
@@ -344,12 +341,9 @@ SPECTACULAR_SETTINGS = {
 }
 
 # The service's knobs, each from SHERDLOCK_<NAME>; declared, defaulted and checked in
-# common.knobs, documented in README.md ("Configuration"). Code reads them with knobs().
+# common.knobs, documented in docs/configuration.md. Code reads them with knobs().
 SHERDLOCK = Knobs.from_environ(
-    os.environ,
-    prepare_threshold=prepare_threshold(
-        os.environ.get("SHERDLOCK_PREPARE_THRESHOLD"), DATABASE_POOLING
-    ),
+    os.environ, prepare_threshold=prepare_threshold(DATABASE_POOLING)
 ).setting()
 
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")

@@ -57,6 +57,26 @@ PASSES = ("spent", "expired")
 # Counted like the lock passes, in the run record and the deleted-rows metric.
 BUCKETS = "rate_buckets"
 
+# Rows per DELETE: each batch is one short transaction, so a selection that meets a row being
+# deleted waits for at most one batch, and the WAL of a large clean-up comes in small pieces.
+BATCH_SIZE = 1000
+# Statements per kind of row in one pass: a pass ends within about the beat's interval even on a
+# large backlog, which the next passes finish.
+MAX_BATCHES = 100
+# Seconds an expired or spent lock is kept: long enough for the replicas' caches to see a spent
+# token as taken, and for a holder whose clock runs a little ahead to be refused, not surprised.
+GRACE_SECONDS = 5.0
+# Days of housekeeping runs and failed selections kept for the admin and the dashboard.
+HISTORY_DAYS = 7.0
+# Seconds between passes (beat's schedule, created by a migration; re-timed in the admin). Whole
+# seconds: beat's IntervalSchedule counts in integers.
+INTERVAL_SECONDS = 10
+# Share of its wall time a housekeeper spends in statements while a backlog lasts: after a full
+# batch it sleeps (1 / DUTY_CYCLE - 1) times as long as the batch took. Expired locks never stand
+# in a selection's way (a lock whose lease ran out is taken over), so a backlog can wait: at a
+# twentieth the CPU, WAL and I/O of a large clean-up go to selections first.
+DUTY_CYCLE = 0.05
+
 Progress = Callable[[str, int], None]
 
 
@@ -131,7 +151,7 @@ def pause_after(started: float, duty_cycle: float) -> float:
     """Return how long to sleep after a full batch begun at ``started`` (``time.monotonic``).
 
     The housekeeper then spends ``duty_cycle`` of its wall time in statements while a backlog
-    lasts (``HOUSEKEEPING_DUTY_CYCLE``); a batch that ran out of rows is never followed by one.
+    lasts (``DUTY_CYCLE``); a batch that ran out of rows is never followed by one.
     """
     return (time.monotonic() - started) * (1.0 / duty_cycle - 1.0)
 
@@ -141,7 +161,6 @@ def _in_batches(
 ) -> int:
     """Run a bounded statement until it affects fewer rows than a batch; count them."""
     total = 0
-    duty_cycle = knobs().housekeeping_duty_cycle
     for _ in range(max_batches):
         started = time.monotonic()
         with connection.cursor() as cursor:
@@ -149,12 +168,12 @@ def _in_batches(
             total += cursor.rowcount
             if cursor.rowcount < batch_size:
                 break
-        time.sleep(pause_after(started, duty_cycle))
+        time.sleep(pause_after(started, DUTY_CYCLE))
     return total
 
 
 def _prune_history(connection, batch_size: int, max_batches: int) -> None:
-    days = knobs().housekeeping_history_days
+    days = HISTORY_DAYS
     for statement in (sql.PRUNE_RUNS, sql.PRUNE_FAILED_SELECTIONS):
         for _ in range(max_batches):
             with connection.cursor() as cursor:
@@ -213,10 +232,9 @@ def _truncate_if_empty(connection, table: str) -> int:
 
 
 def _settings(batch_size, max_batches, grace_seconds) -> tuple[int, int, float]:
-    options = knobs()
-    batch_size = int(options.housekeeping_batch_size if batch_size is None else batch_size)
-    max_batches = int(options.housekeeping_max_batches if max_batches is None else max_batches)
-    grace = float(options.housekeeping_grace_seconds if grace_seconds is None else grace_seconds)
+    batch_size = int(BATCH_SIZE if batch_size is None else batch_size)
+    max_batches = int(MAX_BATCHES if max_batches is None else max_batches)
+    grace = float(GRACE_SECONDS if grace_seconds is None else grace_seconds)
     if batch_size < 1 or max_batches < 1:
         raise ValueError("batch_size and max_batches must be positive")
     if grace < 0:
@@ -246,7 +264,6 @@ def _housekeep_partition(
     passes = [(kind, functools.partial(execute, statements[kind])) for kind in PASSES]
     if number == 0:
         passes.append((BUCKETS, functools.partial(prune_idle, batch_size, using=connection.alias)))
-    duty_cycle = knobs().housekeeping_duty_cycle
     for kind, delete_batch in passes:
         for _ in range(max_batches):
             started = time.monotonic()
@@ -258,7 +275,7 @@ def _housekeep_partition(
                 progress(kind, count)
             if count < batch_size:  # nothing left that is not being worked on
                 break
-            time.sleep(pause_after(started, duty_cycle))
+            time.sleep(pause_after(started, DUTY_CYCLE))
     _forget_small_statistics(connection, partition_names("locks_tokenlock", partitions)[number])
     counts["settled"] += _in_batches(
         connection, statements["settle"], {"grace": grace}, batch_size, max_batches
@@ -283,9 +300,10 @@ def run_housekeeping(
 
     Each kind is removed by at most ``max_batches`` statements of at most ``batch_size`` rows,
     each its own short transaction when called outside ``transaction.atomic`` (as the task and
-    the command do); a backlog is finished by the next passes. Unset arguments come from
-    the knobs (``common.knobs``). Partitions (all, or only ``partition``) whose guard another
-    housekeeper holds are left to it; if it holds every one, record a skipped run and return.
+    the command do); a backlog is finished by the next passes. Unset arguments come from the
+    module's constants (``BATCH_SIZE``, ``MAX_BATCHES``, ``GRACE_SECONDS``). Partitions (all, or
+    only ``partition``) whose guard another housekeeper holds are left to it; if it holds every
+    one, record a skipped run and return.
     ``progress(kind, removed)`` is called after every batch.
     """
     batch_size, max_batches, grace = _settings(batch_size, max_batches, grace_seconds)

@@ -10,7 +10,8 @@ import threading
 from common.knobs import Knobs, knobs
 from locks.listener import CacheListener, django_connect
 from locks.store import PostgresTokenStore
-from sherdlock import BackoffPolicy, Selector, SelectorConfig
+from sherdlock import Selector, SelectorConfig
+from sherdlock.config import CACHE_TTL, CACHE_TTL_LISTENING
 
 _lock = threading.Lock()
 _selector: Selector | None = None
@@ -24,24 +25,13 @@ def listener_enabled(options: Knobs | None = None) -> bool:
     return (options if options is not None else knobs()).listen
 
 
-def selector_config(options: Knobs | None = None, listening: bool = False) -> SelectorConfig:
-    """Build the selector configuration from the knobs.
+def selector_config(listening: bool = False) -> SelectorConfig:
+    """Build the selector configuration: the core's tuning, the cache ttl by listener.
 
     With a listener the cache ttl is ``CACHE_TTL_LISTENING``: notifications keep the queues
     current, so they need not be thrown away every second.
     """
-    o = options if options is not None else knobs()
-    return SelectorConfig(
-        max_retries=o.max_retries,
-        fetch_limit=o.fetch_limit,
-        cold_fetch_limit=o.cold_fetch_limit,
-        calm_fetch_limit=o.calm_fetch_limit,
-        cache_ttl=o.cache_ttl_listening if listening else o.cache_ttl,
-        backoff=BackoffPolicy(
-            attempts=o.backoff_attempts, min_delay=o.backoff_min, max_delay=o.backoff_max
-        ),
-        turn_after=o.turn_after,
-    )
+    return SelectorConfig(cache_ttl=CACHE_TTL_LISTENING if listening else CACHE_TTL)
 
 
 def build_store(options: Knobs | None = None) -> PostgresTokenStore:
@@ -70,13 +60,13 @@ def get_selector() -> Selector:
             options = knobs()
             listen = listener_enabled(options)
             store = build_store(options)
-            _selector = Selector(store, selector_config(options, listening=listen))
+            _selector = Selector(store, selector_config(listening=listen))
             _pid = pid
             if listen:
                 _listener = CacheListener(
                     _selector.cache,
                     django_connect(),
-                    fallback_ttl=options.cache_ttl,
+                    fallback_ttl=CACHE_TTL,
                     # A few fetches' worth: enough to serve from news, small enough to stay
                     # a random sample of a big wallet rather than a copy of it.
                     queue_limit=4 * _selector.config.fetch_limit,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from common.knobs import knobs
-from locks.housekeeping import run_housekeeping
+from locks.housekeeping import INTERVAL_SECONDS, run_housekeeping
 
 
 # A tick still queued after one interval is dropped: the next tick does the same work, and a
@@ -13,7 +12,7 @@ from locks.housekeeping import run_housekeeping
 @shared_task(
     name="locks.housekeeping",
     ignore_result=True,
-    expires=knobs().housekeeping_interval_seconds,
+    expires=INTERVAL_SECONDS,
 )
 def housekeeping() -> dict[str, object]:
     """Run one housekeeping pass."""

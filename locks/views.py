@@ -253,9 +253,9 @@ _TX_ID_MARKER = "tx-id"
 def selection_location(tx_id: str) -> str:
     """Return the URL of selection ``tx_id``: ``reverse("selection-detail", args=[tx_id])``.
 
-    ``reverse`` matches its arguments against every pattern of the name: about 50 µs a call,
-    some 4% of a select's server CPU. The URL around the id depends only on the script
-    prefix; the id is quoted as ``reverse`` quotes it.
+    ``reverse`` matches its arguments against every pattern of the name at every call, a
+    noticeable share of a select's server CPU. The URL around the id depends only on the
+    script prefix; the id is quoted as ``reverse`` quotes it.
     """
     if "/" in tx_id or not tx_id:  # not a path segment: reverse says so
         return reverse("selection-detail", args=[tx_id])

@@ -10,6 +10,10 @@ import os
 import threading
 from collections import Counter
 
+# Requests one process lets wait for held funds at once (Prefer: wait), whoever sends them: enough
+# for a burst of payments from one wallet to queue rather than retry, few enough that waiting
+# requests never take a web worker's threads (see wait_slots: a worker keeps some free anyway).
+WAIT_SLOTS = 120
 # Threads of a web worker that waiting requests never take, so that the spends and releases
 # that move the queues on always find one (half of them in a worker of 16 threads or fewer).
 THREADS_KEPT_FREE = 8
@@ -18,7 +22,7 @@ THREADS_KEPT_FREE = 8
 def wait_slots(configured: int, threads: int | None) -> int:
     """Return how many requests may wait at once in a process of ``threads`` threads.
 
-    ``configured`` is the WAIT_SLOTS knob; ``threads`` the web worker's thread count (None
+    ``configured`` is ``WAIT_SLOTS``; ``threads`` the web worker's thread count (None
     outside a web worker: no cap). A worker whose threads could all park would leave no thread
     for the spend that frees the funds, and every waiter would wait out its deadline.
     """

@@ -35,11 +35,10 @@ import psycopg
 from psycopg import sql as pgsql
 
 from common import db
-from common.knobs import knobs
 from locks import metrics
 from locks.listener import django_connect
 from locks.sql import waiting as queries
-from locks.wait_slots import Slots, wait_slots, worker_threads
+from locks.wait_slots import WAIT_SLOTS, Slots, wait_slots, worker_threads
 from sherdlock import WalletKey
 
 log = logging.getLogger(__name__)
@@ -316,7 +315,7 @@ def queues() -> Queues:
     """Return this process's queues (each process, forked or not, has its own)."""
     global _queues
     if _queues is None:
-        _queues = Queues(wait_slots(knobs().wait_slots, worker_threads()))
+        _queues = Queues(wait_slots(WAIT_SLOTS, worker_threads()))
     return _queues
 
 

@@ -1,10 +1,54 @@
-"""Tuning knobs of the selector and of its backoff between rounds."""
+"""The selector's tuning, and its backoff between rounds.
+
+The values are constants, not settings: each trades contention handling against latency in a
+way an operator has no reason to change, and each is the default of ``SelectorConfig`` (the
+only place it is written). A caller of the library may still pass its own ``SelectorConfig``.
+"""
 
 from __future__ import annotations
 
 import math
 import random
 from dataclasses import dataclass, field
+
+# Refetches without progress in one round before it gives up with FundsLocked. A competitor
+# commits or releases within a few refetches (each waits up to REFETCH_DELAY); more would only
+# make a wallet whose funds stay held answer later.
+MAX_RETRIES = 5
+# Rows per fetch of a wallet this replica selected from lately: the rows not needed wait in the
+# cache for the next selections, saving queries; many more go stale before they are used.
+FETCH_LIMIT = 64
+# Rows per fetch of a wallet this replica has not selected from lately: its leftovers would most
+# likely expire unused, so the fetch reads little more than one selection needs.
+COLD_FETCH_LIMIT = 16
+# Rows per fetch of a wallet whose queued tokens this replica keeps locking unrefused: nobody else
+# takes them, so a long queue stays fresh and a replica alone on a hot wallet rarely fetches.
+CALM_FETCH_LIMIT = 256
+# Jittered sleep before a refetch without progress: time for the competitor to commit or release
+# instead of hammering the store.
+REFETCH_DELAY = (0.001, 0.010)
+# Seconds a cached candidate list is used. Stale lists cost failed lock attempts, never
+# correctness; a shorter life costs fetches.
+CACHE_TTL = 1.0
+# The same while a listener keeps the cache current (locks.listener): a queue then goes stale
+# only through a race or an unannounced expiry, either of which costs one failed attempt.
+CACHE_TTL_LISTENING = 30.0
+# Wallet/currency queues a replica keeps before evicting the least recently used: bounds memory.
+CACHE_MAX_WALLETS = 10_000
+# Rounds after a FundsLocked round, each after a uniform random sleep of BACKOFF_MIN to
+# BACKOFF_MAX seconds: two replicas that each hold part of what both need release it and sleep
+# apart, and the one that wakes first takes all. Three rounds of up to 50 ms break such ties
+# while a wallet whose funds stay held still answers within a fraction of a second.
+BACKOFF_ATTEMPTS = 3
+BACKOFF_MIN = 0.005
+BACKOFF_MAX = 0.050
+# Seconds a selection waits for held funds before it takes its key's turn (sherdlock.turns), so
+# that what comes free goes to the selections that waited rather than to the newest: long
+# enough that a calm wallet never takes one, short against a contested wallet's waits.
+TURN_AFTER = 0.02
+# How often the turn's holder refetches, and the longest a selection waits at a time for a turn.
+TURN_POLL = 0.001
+YIELD_LIMIT = 0.2
 
 
 def _check_seconds(name: str, value: float) -> None:
@@ -35,9 +79,9 @@ class BackoffPolicy:
         less likely but adds latency to every contended request.
     """
 
-    attempts: int = 3
-    min_delay: float = 0.005
-    max_delay: float = 0.050
+    attempts: int = BACKOFF_ATTEMPTS
+    min_delay: float = BACKOFF_MIN
+    max_delay: float = BACKOFF_MAX
 
     def __post_init__(self) -> None:
         if type(self.attempts) is not int or self.attempts < 0:
@@ -84,17 +128,17 @@ class SelectorConfig:
     yield_limit: longest a selection waits at a time for a turn, its own or another's to end.
     """
 
-    max_retries: int = 5
-    fetch_limit: int = 64
-    cold_fetch_limit: int = 16
-    calm_fetch_limit: int = 256
-    refetch_delay: tuple[float, float] = (0.001, 0.010)
-    cache_ttl: float = 1.0
-    cache_max_wallets: int = 10_000
+    max_retries: int = MAX_RETRIES
+    fetch_limit: int = FETCH_LIMIT
+    cold_fetch_limit: int = COLD_FETCH_LIMIT
+    calm_fetch_limit: int = CALM_FETCH_LIMIT
+    refetch_delay: tuple[float, float] = REFETCH_DELAY
+    cache_ttl: float = CACHE_TTL
+    cache_max_wallets: int = CACHE_MAX_WALLETS
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
-    turn_after: float = 0.02
-    turn_poll: float = 0.001
-    yield_limit: float = 0.2
+    turn_after: float = TURN_AFTER
+    turn_poll: float = TURN_POLL
+    yield_limit: float = YIELD_LIMIT
 
     def __post_init__(self) -> None:
         if type(self.max_retries) is not int or self.max_retries < 0:

@@ -139,7 +139,7 @@ class Token(models.Model):
             # a random selection's largest-first fetch after a short batch, the windows of exact
             # and consolidate): they walk a few entries from either end instead of reading and
             # sorting every free token of the wallet. One more entry per token issued or output
-            # by a spend (docs/performance.md, "The strategies' statements").
+            # by a spend (tests/integration/test_plans.py keeps the walk on it).
             models.Index(
                 fields=["wallet", "currency", "quantity", "id"],
                 condition=Q(spent_at__isnull=True),

@@ -16,6 +16,7 @@ from django.db import connection
 from bench.strategies.base import Picked, Spent
 from common.knobs import knobs
 from sherdlock import FundsLocked, InsufficientFunds, WalletKey
+from sherdlock import config as tuning
 
 NEXT_FENCE = "SELECT nextval('locks_fence_seq')"
 
@@ -57,16 +58,15 @@ class Knobs:
 
     @classmethod
     def from_settings(cls) -> Knobs:
-        """Read the knobs the service reads (``common.knobs``)."""
-        o = knobs()
+        """Read the lease the service reads (``common.knobs``) and the selector's tuning."""
         return cls(
-            lease=o.lease_seconds,
-            fetch_limit=o.fetch_limit,
-            max_retries=o.max_retries,
-            cache_ttl=o.cache_ttl,
-            backoff_attempts=o.backoff_attempts,
-            backoff_min=o.backoff_min,
-            backoff_max=o.backoff_max,
+            lease=knobs().lease_seconds,
+            fetch_limit=tuning.FETCH_LIMIT,
+            max_retries=tuning.MAX_RETRIES,
+            cache_ttl=tuning.CACHE_TTL,
+            backoff_attempts=tuning.BACKOFF_ATTEMPTS,
+            backoff_min=tuning.BACKOFF_MIN,
+            backoff_max=tuning.BACKOFF_MAX,
         )
 
     @property

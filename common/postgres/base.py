@@ -2,8 +2,8 @@
 
 Each new server session is told to plan prepared statements generically at once
 (``plan_cache_mode = force_generic_plan``), where the application prepares its statements
-(``common.db``, ``SHERDLOCK_PREPARE_THRESHOLD``). PostgreSQL would otherwise plan each of them
-afresh at its first five runs on a session and again after any change to a table it reads
+(``common.db``; not behind a transaction-pooling proxy). PostgreSQL would otherwise plan each
+of them afresh at its first five runs on a session and again after any change to a table it reads
 (a TRUNCATE; an ANALYZE, which autovacuum runs on the lock table every few hundred changes)
 before settling on the generic plan most of them end up running anyway, and a few it keeps
 planning at every call. Django's own statements are never prepared: this changes nothing for

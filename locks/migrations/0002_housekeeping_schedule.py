@@ -4,7 +4,6 @@ Operators change the interval, pause or trigger the task in the admin (Periodic 
 migration only creates it once and never overwrites their edits.
 """
 
-from django.conf import settings
 from django.db import migrations
 from django.utils import timezone
 
@@ -13,7 +12,8 @@ TASK = "locks.housekeeping"
 
 
 def interval_seconds():
-    return int(getattr(settings, "SHERDLOCK", {}).get("HOUSEKEEPING_INTERVAL_SECONDS", 10))
+    # locks.housekeeping.INTERVAL_SECONDS; a migration keeps the value it was written with.
+    return 10
 
 
 def create_schedule(apps, schema_editor):

@@ -5,8 +5,8 @@ from django.db import migrations
 # Take a contested wallet's batch for a lock insert as of now, a covering run at a time: the fetch
 # of a contested wallet (locks.sql.batches, FRESH_CHOSEN) hands its batch over in its order, and
 # this takes tokens from the front until what it took covers the need. It replaces
-# locks_take_token (0013), called once per token: three queries per token, about 10 µs of server
-# time each, paid a hundred times over by a selection that gathers many small tokens.
+# locks_take_token (0013), called once per token: three queries per token, paid a hundred times
+# over by a selection that gathers many small tokens.
 #
 # Each round looks at the shortest run of the next tokens that covers what is still missing if
 # all of them are free, and takes that run with two queries, each on a snapshot of its own (a

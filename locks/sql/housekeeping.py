@@ -28,9 +28,9 @@ RELEASE_GUARD = "SELECT pg_advisory_unlock(%s)"
 # refreshed and the row is dead weight. Driven from the expires_at index over the leases not yet
 # past their grace, with one primary-key probe into the token table per lock row: a lock whose
 # lease is over is DELETE_EXPIRED's, spent or not, so a backlog of expired rows (a million
-# after an outage) is never read here. Without that bound, at a million expired rows on two
-# million tokens, the planner scanned every token: 110 ms of a core at the head of every pass,
-# which the duty cycle does not spread out.
+# after an outage) is never read here. Without that bound the planner scanned every token at
+# the head of every pass, a cost that grows with the table and that the duty cycle does not
+# spread out.
 # This and the next two statements run per partition ({locks}, {tokens}, {selections}: the
 # tables of one partition number, or the tables themselves when unpartitioned), each pass under
 # its own guard: see ``partition_statements``.
@@ -90,8 +90,8 @@ AND status = 'locked'
 # every lock released; the vacuum (or analysis) after it finds the table empty, or nearly, and
 # records that. Each connection plans its statements again after such a change, and the next
 # burst's plans, made on an empty table, read the whole table for each token's lock and for each
-# holder's locks instead of looking them up by key: spread R = 8 ran at about half its rate
-# after a quiet spell (docs/performance.md). The plans are kept as the table fills, until its next
+# holder's locks instead of looking them up by key, which slows every selection of the burst
+# (tests/integration/test_plans.py). The plans are kept as the table fills, until its next
 # analysis, after 500 changes (migration 0009) and up to autovacuum's naptime later. Cleared
 # (PostgreSQL 18), the size is unknown again, as after a TRUNCATE: the planner takes the table
 # for at least 10 pages and looks rows up by key, which costs a small table next to nothing.
@@ -124,7 +124,7 @@ STILL_EMPTY = "SELECT NOT EXISTS (SELECT FROM {table})"
 TRUNCATE = "TRUNCATE {table}"
 
 # The run log and the dashboard's failed-selection log are history, not state: keep
-# HOUSEKEEPING_HISTORY_DAYS of each, removed in the same bounded batches.
+# locks.housekeeping.HISTORY_DAYS of each, removed in the same bounded batches.
 PRUNE_RUNS = """
 DELETE FROM locks_housekeepingrun WHERE id = ANY(ARRAY(
     SELECT id FROM locks_housekeepingrun

@@ -38,7 +38,7 @@ AFTER_COMMIT_MODE = " FROM commit_mode"
 
 # Recording statements lock nothing for a transaction id that is already in use in the
 # client's namespace: one that has a selection or names tokens (a spend's outputs are tokens
-# named by its tx id), see the README's transaction-id rules. Both claim the id
+# named by its tx id), see docs/api.md's transaction-id rules. Both claim the id
 # (tokens.TxClaim): one primary-key probe of the claim table answers, whichever wallet's
 # partition the selection or tokens live in.
 GATE = """
@@ -59,8 +59,8 @@ OPEN = "(SELECT open FROM gate)"
 #   now() is costed from statistics that never see the live rows: expires_at only grows, so
 #   between two analyses almost no row looks live, and the expiry index then looks cheaper than
 #   the key. Each probe would read every live lock of every wallet, a cost that grows with the
-#   table: with a million expired rows left by crashed spenders the lock statements became
-#   10-20x slower within seconds (tests/integration/test_plans.py keeps the probe on the key).
+#   table: a backlog of expired rows left by crashed spenders would slow every lock statement
+#   within seconds (tests/integration/test_plans.py keeps the probe on the key).
 FREE = """NOT EXISTS (
           SELECT FROM locks_tokenlock l
           WHERE l.token_id = t.id AND l.wallet = %(wallet)s::text

@@ -394,10 +394,9 @@ def test_leases_that_run_out_are_taken_over_and_their_holders_refused(
 def test_livelock_of_the_seed_resolves(tmp_path, subprocess_env, selections):
     """Two tokens of 3, two replicas each asking 4, over and over: backoff breaks the tie."""
     make_tokens(2, wallet="pair", quantity=3)
-    env = dict(subprocess_env, SHERDLOCK_BACKOFF_ATTEMPTS="30", SHERDLOCK_BACKOFF_MAX="0.03")
     records = run_replicas(
         tmp_path,
-        env,
+        subprocess_env,
         2,
         wallets=["pair"],
         selections=selections,
@@ -405,6 +404,9 @@ def test_livelock_of_the_seed_resolves(tmp_path, subprocess_env, selections):
         max_quantity=4,
         hold=0.003,
         spend_ratio=0,
+        # Enough rounds that every selection ends holding both tokens, not funds_locked.
+        backoff_attempts=30,
+        backoff_max=0.03,
     )
     counts = outcomes(records)
     assert counts == {"selected": 2 * selections}, counts

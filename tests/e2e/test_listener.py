@@ -22,6 +22,7 @@ from prometheus_client import REGISTRY
 from locks import notifications, replica
 from locks.listener import CacheListener
 from sherdlock import TokenCache, WalletKey
+from sherdlock.config import CACHE_TTL
 from tests.e2e.test_contention import assert_books_balance, assert_never_held_twice, run_replicas
 from tests.factories import make_tokens
 from tests.helpers.processes import ROOT, WAIT, wait_for
@@ -234,11 +235,11 @@ def test_a_forked_worker_gets_its_own_listener_and_leaves_the_parents_alone(
 
 
 def test_with_the_listener_off_the_selector_works_alone(transactional_db, settings):
-    settings.SHERDLOCK = {**settings.SHERDLOCK, "LISTEN": False, "CACHE_TTL": 1.0}
+    settings.SHERDLOCK = {**settings.SHERDLOCK, "LISTEN": False}
     replica.reset()
     try:
         selector = replica.get_selector()
-        assert replica.get_listener() is None and selector.cache.ttl == 1.0
+        assert replica.get_listener() is None and selector.cache.ttl == CACHE_TTL
         make_tokens(3, wallet="w", quantity=10)
         assert selector.select("a-1", "w", "USD", 25).total == 30
     finally:

@@ -16,7 +16,8 @@ from __future__ import annotations
 from xdist.scheduler import LoadScheduling
 from xdist.workermanage import WorkerController
 
-PINNED = "tests/e2e/"
+# The end-to-end tests, and the benchmark harness's own (which run the harness).
+PINNED = ("tests/e2e/", "tests/bench/e2e/")
 
 
 class EndToEndOnOneWorker(LoadScheduling):

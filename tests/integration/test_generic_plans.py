@@ -3,8 +3,8 @@
 PostgreSQL's default (``plan_cache_mode = auto``) plans a prepared statement afresh at each of
 its first five runs on a session, and again after each change to a table it reads; each server
 session here is told to plan generically at once instead, with or without a pool. Where nothing
-is prepared (``SHERDLOCK_PREPARE_THRESHOLD=off``, as behind a transaction-pooling proxy) the
-session is left as the server set it up.
+is prepared (``DATABASE_POOLING=transaction``: behind a transaction-pooling proxy) the session
+is left as the server set it up.
 """
 
 from __future__ import annotations
@@ -94,6 +94,9 @@ def test_a_connection_per_thread_plans_generically_too(subprocess_env):
 
 
 def test_a_session_where_nothing_is_prepared_is_left_as_it_was(subprocess_env):
-    mode, started, generic, custom = run_child(subprocess_env, SHERDLOCK_PREPARE_THRESHOLD="off")
+    # Configured as behind a transaction pool; both URLs name the test database itself.
+    url = subprocess_env["DATABASE_URL"]
+    pooled = {"DATABASE_POOLING": "transaction", "DATABASE_DIRECT_URL": url}
+    mode, started, generic, custom = run_child(subprocess_env, **pooled)
     assert mode == started
     assert (generic, custom) == (0, 0)

@@ -149,10 +149,10 @@ def test_max_batches_ends_a_pass_early_and_the_next_pass_finishes():
 
 
 @pytest.mark.parametrize("duty_cycle", [0.25, 1.0])
-def test_a_backlog_is_removed_at_the_duty_cycle(settings, monkeypatch, duty_cycle):
+def test_a_backlog_is_removed_at_the_duty_cycle(monkeypatch, duty_cycle):
     # Full batches (more may follow) are each followed by a pause; the batch that runs out of
     # rows is not, so a pass with nothing left to do never sleeps.
-    settings.SHERDLOCK = {**settings.SHERDLOCK, "HOUSEKEEPING_DUTY_CYCLE": duty_cycle}
+    monkeypatch.setattr("locks.housekeeping.DUTY_CYCLE", duty_cycle)
     for token in make_tokens(5):
         make_lock(token, ttl=-60)
     pauses: list[float] = []
@@ -305,11 +305,12 @@ def test_the_task_and_the_command_run_one_pass():
     assert remaining() == set()
 
 
-def test_the_migration_schedules_the_task_once_and_can_be_reversed(settings):
+def test_the_migration_schedules_the_task_once_and_can_be_reversed():
     from django.apps import apps
     from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-    settings.SHERDLOCK = {**settings.SHERDLOCK, "HOUSEKEEPING_INTERVAL_SECONDS": 7}
+    from locks.housekeeping import INTERVAL_SECONDS
+
     migration = importlib.import_module("locks.migrations.0002_housekeeping_schedule")
     PeriodicTask.objects.filter(name=migration.TASK_NAME).delete()
     with connection.schema_editor() as editor:
@@ -317,18 +318,20 @@ def test_the_migration_schedules_the_task_once_and_can_be_reversed(settings):
         migration.create_schedule(apps, editor)  # idempotent
     task = PeriodicTask.objects.get(name="Lock housekeeping")
     assert (task.task, task.enabled) == ("locks.housekeeping", True)
-    assert (task.interval.every, task.interval.period) == (7, IntervalSchedule.SECONDS)
-    assert task.expire_seconds == 7 and IntervalSchedule.objects.filter(every=7).count() == 1
+    every = INTERVAL_SECONDS
+    assert (task.interval.every, task.interval.period) == (every, IntervalSchedule.SECONDS)
+    assert task.expire_seconds == every
+    assert IntervalSchedule.objects.filter(every=every).count() == 1
     with connection.schema_editor() as editor:
         migration.remove_schedule(apps, editor)
     assert not PeriodicTask.objects.filter(name="Lock housekeeping").exists()
     assert not IntervalSchedule.objects.filter(pk=task.interval.pk).exists()
 
 
-def test_history_older_than_the_retention_is_pruned(settings):
+def test_history_older_than_the_retention_is_pruned(monkeypatch):
     from locks.models import FailedSelection
 
-    settings.SHERDLOCK = {**settings.SHERDLOCK, "HOUSEKEEPING_HISTORY_DAYS": 7}
+    monkeypatch.setattr("locks.housekeeping.HISTORY_DAYS", 7)
     old = timezone.now() - timedelta(days=8)
     recent = timezone.now() - timedelta(days=6)
     for started in (old, old, recent):

@@ -77,13 +77,18 @@ def prepared(statement: str):
         return list(nodes(found[0]["Plan"]))
 
     with connection.cursor() as cursor:
+        # The session's own mode is put back afterwards, not the server's default (RESET): the
+        # connection goes back to the pool, and the next test to borrow it expects what every
+        # session of the application is told when it opens (common.postgres).
+        cursor.execute("SHOW plan_cache_mode")
+        (mode,) = cursor.fetchone()
         cursor.execute("SET plan_cache_mode = force_generic_plan")
         try:
             cursor.execute(f"PREPARE probe AS {text}")
             yield plan
         finally:
             cursor.execute("DEALLOCATE ALL")
-            cursor.execute("RESET plan_cache_mode")
+            cursor.execute("SELECT set_config('plan_cache_mode', %s, false)", [mode])
 
 
 def _literal(value) -> str:

@@ -13,7 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from clients.rates import Rate
 from clients.throttling import configured_rates
-from common.knobs import Knobs, knobs
+from common.knobs import Knobs, environment_variables, knobs
 from config import embedded_db
 from config.settings import (
     DEFAULT_POOL_SIZE,
@@ -127,14 +127,9 @@ def test_the_direct_url_goes_with_transaction_pooling_only():
         direct_database_url("sqlite:///db.sqlite3", "transaction")
 
 
-def test_statements_are_never_prepared_behind_a_transaction_pool():
-    assert prepare_threshold(None, "session") == 0
-    assert prepare_threshold("5", "session") == 5
-    assert prepare_threshold("off", "session") is None
-    assert prepare_threshold(None, "transaction") is None
-    assert prepare_threshold("off", "transaction") is None
-    with pytest.raises(ImproperlyConfigured, match="SHERDLOCK_PREPARE_THRESHOLD='2'"):
-        prepare_threshold("2", "transaction")
+def test_statements_are_prepared_at_once_but_never_behind_a_transaction_pool():
+    assert prepare_threshold("session") == 0
+    assert prepare_threshold("transaction") is None
 
 
 def _setup(**env: str) -> subprocess.CompletedProcess:
@@ -289,36 +284,40 @@ def test_every_process_finds_a_long_data_directory_s_socket_in_the_same_place(tm
 def test_unset_knobs_keep_their_defaults():
     assert Knobs.from_environ({}) == Knobs.from_mapping({}) == Knobs()
     assert Knobs.from_mapping(Knobs().setting()) == Knobs()
-    assert (Knobs().fetch_limit, Knobs().lease_seconds, Knobs().listen) == (64, 60.0, False)
+    assert (Knobs().partitions, Knobs().lease_seconds, Knobs().listen) == (1, 60.0, False)
 
 
 def test_knobs_are_read_and_typed_from_the_environment():
     read = Knobs.from_environ(
         {
-            "SHERDLOCK_FETCH_LIMIT": "32",
+            "SHERDLOCK_PARTITIONS": "4",
             "SHERDLOCK_LEASE_SECONDS": "7.5",
             "SHERDLOCK_LISTEN": "on",
-            "SHERDLOCK_PREPARE_THRESHOLD": "off",
+            "SHERDLOCK_DURABLE_LEASES": "yes",
         }
     )
-    assert (read.fetch_limit, read.lease_seconds, read.listen) == (32, 7.5, True)
-    assert read.prepare_threshold is None
+    assert (read.partitions, read.lease_seconds, read.listen) == (4, 7.5, True)
+    assert read.durable_leases is True
+
+
+def test_tuning_is_not_read_from_the_environment():
+    # Constants of the code they tune (sherdlock.config, locks.housekeeping, ...), not settings:
+    # a variable of the old name changes nothing.
+    tuning = {"SHERDLOCK_FETCH_LIMIT": "0", "SHERDLOCK_PREPARE_THRESHOLD": "off"}
+    assert Knobs.from_environ(tuning) == Knobs()
+    assert "SHERDLOCK_PREPARE_THRESHOLD" not in environment_variables()
 
 
 @pytest.mark.parametrize(
     "variable,value,message",
     [
-        ("SHERDLOCK_FETCH_LIMIT", "0", "FETCH_LIMIT=0 .*at least 1"),
-        ("SHERDLOCK_FETCH_LIMIT", "many", "SHERDLOCK_FETCH_LIMIT='many': must be a whole number"),
-        ("SHERDLOCK_MAX_RETRIES", "-1", "MAX_RETRIES=-1 .*not be negative"),
-        ("SHERDLOCK_CACHE_TTL", "0", "CACHE_TTL=0.0 .*positive"),
+        ("SHERDLOCK_PARTITIONS", "0", "PARTITIONS=0 .*between 1 and 256"),
+        ("SHERDLOCK_PARTITIONS", "many", "SHERDLOCK_PARTITIONS='many': must be a whole number"),
+        ("SHERDLOCK_PARTITIONS", "2.5", "whole number"),
+        ("SHERDLOCK_LEASE_SECONDS", "0", "LEASE_SECONDS=0.0 .*positive"),
         ("SHERDLOCK_LEASE_SECONDS", "inf", "finite"),
         ("SHERDLOCK_LEASE_SECONDS", "900", "MAX_LEASE_SECONDS=600.0 .*at least LEASE_SECONDS"),
-        ("SHERDLOCK_BACKOFF_MIN", "0.1", "BACKOFF_MAX=0.05 .*at least BACKOFF_MIN"),
         ("SHERDLOCK_LISTEN", "maybe", "SHERDLOCK_LISTEN='maybe': use one of"),
-        ("SHERDLOCK_HOUSEKEEPING_INTERVAL_SECONDS", "2.5", "whole number"),
-        ("SHERDLOCK_HOUSEKEEPING_DUTY_CYCLE", "0", "DUTY_CYCLE=0.0 .*above 0 and at most 1"),
-        ("SHERDLOCK_HOUSEKEEPING_DUTY_CYCLE", "1.5", "DUTY_CYCLE=1.5 .*above 0 and at most 1"),
     ],
 )
 def test_bad_knobs_are_refused_naming_the_variable(variable, value, message):
@@ -327,9 +326,9 @@ def test_bad_knobs_are_refused_naming_the_variable(variable, value, message):
 
 
 def test_a_process_refuses_to_start_with_a_bad_knob():
-    result = _python("import django; django.setup()", SHERDLOCK_FETCH_LIMIT="0")
+    result = _python("import django; django.setup()", SHERDLOCK_PARTITIONS="0")
     assert result.returncode != 0
-    assert "FETCH_LIMIT=0 (SHERDLOCK_FETCH_LIMIT): must be at least 1" in result.stderr
+    assert "PARTITIONS=0 (SHERDLOCK_PARTITIONS): must be between 1 and 256" in result.stderr
 
 
 def test_the_settings_mapping_is_checked_when_read(settings):
@@ -347,9 +346,9 @@ def test_the_settings_mapping_is_checked_when_read(settings):
 
 
 def test_replacing_the_settings_mapping_is_seen_at_once(settings):
-    settings.SHERDLOCK = {**settings.SHERDLOCK, "FETCH_LIMIT": 3}
-    assert knobs().fetch_limit == 3
-    settings.SHERDLOCK = {**settings.SHERDLOCK, "FETCH_LIMIT": 4}
-    assert knobs().fetch_limit == 4
-    settings.SHERDLOCK = dataclasses.replace(knobs(), fetch_limit=5)
-    assert knobs().fetch_limit == 5
+    settings.SHERDLOCK = {**settings.SHERDLOCK, "LEASE_SECONDS": 3}
+    assert knobs().lease_seconds == 3
+    settings.SHERDLOCK = {**settings.SHERDLOCK, "LEASE_SECONDS": 4}
+    assert knobs().lease_seconds == 4
+    settings.SHERDLOCK = dataclasses.replace(knobs(), lease_seconds=5)
+    assert knobs().lease_seconds == 5

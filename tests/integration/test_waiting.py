@@ -106,12 +106,12 @@ def test_a_waiting_request_holds_no_database_connection(db_url):
     assert REGISTRY.get_sample_value("sherdlock_waiting_requests") == 0
 
 
-def test_a_request_finding_no_wait_slot_is_answered_at_once(settings):
+def test_a_request_finding_no_wait_slot_is_answered_at_once(monkeypatch):
     """With every wait slot of the process taken, a patient request is answered as an
     impatient one: funds locked at once, with advice on when to retry, and nobody queued."""
     from sherdlock import FundsLocked
 
-    settings.SHERDLOCK = {**settings.SHERDLOCK, "WAIT_SLOTS": 0}
+    monkeypatch.setattr("locks.waiting.WAIT_SLOTS", 0)
     make_token(wallet="w", quantity=5)
     select_tokens("holder", "w", "USD", 5)
     started = time.monotonic()

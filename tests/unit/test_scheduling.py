@@ -15,10 +15,16 @@ COLLECTION = [
         f"tests/unit/test_cache.py::test_{n}",
         f"tests/e2e/test_chain.py::test_{n}",
         f"tests/integration/test_store.py::test_{n}",
+        f"tests/bench/e2e/test_harness.py::test_{n}",
+        f"tests/bench/test_check.py::test_{n}",
         "tests/e2e/test_fuzz.py::test_schema",
     )
 ]
-E2E = {i for i, nodeid in enumerate(COLLECTION) if nodeid.startswith("tests/e2e/")}
+E2E = {
+    i
+    for i, nodeid in enumerate(COLLECTION)
+    if nodeid.startswith(("tests/e2e/", "tests/bench/e2e/"))
+}
 
 
 class Config:

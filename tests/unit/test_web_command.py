@@ -22,17 +22,6 @@ def test_workers_follow_web_concurrency():
     assert option(web_command("python", "h", 1, {"WEB_CONCURRENCY": "3"}), "--workers") == "3"
 
 
-def test_rebalancing_is_read_and_checked():
-    from config.gunicorn import rebalance_requests
-
-    assert rebalance_requests(None) == 100
-    assert rebalance_requests(" 7 ") == 7
-    assert rebalance_requests("0") == 0
-    for bad in ("-1", "ten", "1.5"):
-        with pytest.raises(ValueError, match="WEB_REBALANCE_REQUESTS"):
-            rebalance_requests(bad)
-
-
 @pytest.mark.parametrize(
     "mine, everyone, workers, over",
     [
@@ -109,7 +98,6 @@ def test_a_worker_that_counts_no_connections_is_reported(counts, warned, monkeyp
 
     from config import gunicorn
 
-    monkeypatch.setattr(gunicorn, "REBALANCE_REQUESTS", 100)
     monkeypatch.setenv("WEB_THREADS", "4")  # post_fork sets it; restored after the test
     said: list[str] = []
     worker = SimpleNamespace(
@@ -121,4 +109,4 @@ def test_a_worker_that_counts_no_connections_is_reported(counts, warned, monkeyp
     gunicorn.post_fork(None, worker)
     assert bool(said) is warned
     if warned:
-        assert "WEB_REBALANCE_REQUESTS" in said[0] and "SimpleNamespace" in said[0]
+        assert "nr_conns" in said[0] and "SimpleNamespace" in said[0]

@@ -14,6 +14,7 @@ locked and must all be let go.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -76,7 +77,35 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=["random"],
         help="selection strategies, one drawn per selection (see TERMS for their terms)",
     )
+    parser.add_argument(
+        "--backoff-attempts",
+        type=int,
+        default=None,
+        help="backoff rounds of this replica's selector (default: the shipped constant)",
+    )
+    parser.add_argument("--backoff-max", type=float, default=None, help="with --backoff-attempts")
     return parser.parse_args(argv)
+
+
+def tune(args: argparse.Namespace) -> None:
+    """Give this replica's selector the backoff the test asks for, else the shipped tuning."""
+    if args.backoff_attempts is None:
+        return
+    from locks import replica
+    from sherdlock import BackoffPolicy, SelectorConfig
+    from sherdlock.config import BACKOFF_MAX, BACKOFF_MIN
+
+    backoff = BackoffPolicy(
+        attempts=args.backoff_attempts,
+        min_delay=BACKOFF_MIN,
+        max_delay=BACKOFF_MAX if args.backoff_max is None else args.backoff_max,
+    )
+    shipped = replica.selector_config
+
+    def selector_config(listening: bool = False) -> SelectorConfig:
+        return dataclasses.replace(shipped(listening), backoff=backoff)
+
+    replica.selector_config = selector_config
 
 
 def main(argv: list[str]) -> int:
@@ -85,6 +114,7 @@ def main(argv: list[str]) -> int:
     import django
 
     django.setup()
+    tune(args)
     rng = random.Random(args.seed)
     go = Path(args.go)
     while not go.exists():

@@ -11,8 +11,8 @@ from locks.housekeeping import run_housekeeping
 class Command(DatabaseCommand):
     help = (
         "Remove expired locks, the locks of spent tokens and idle rate-limit buckets once, "
-        "in batches (what the 'Lock housekeeping' periodic task does). Defaults come from "
-        "the SHERDLOCK_HOUSEKEEPING_* settings."
+        "in batches (what the 'Lock housekeeping' periodic task does). Defaults are "
+        "locks.housekeeping's BATCH_SIZE, MAX_BATCHES and GRACE_SECONDS."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from locks import replica
 from locks.models import FailedSelection, Selection, TokenLock
+from sherdlock import BackoffPolicy, SelectorConfig
 from tests.helpers.api import counts, issue, select, token
 
 pytestmark = pytest.mark.django_db
@@ -73,8 +74,10 @@ def test_short_supply_is_insufficient_funds_with_the_available_quantity(funded):
     assert FailedSelection.objects.filter(tx_id="tx-1", outcome="insufficient_funds").exists()
 
 
-def test_supply_held_by_others_is_funds_locked_with_retry_after(funded, settings):
-    settings.SHERDLOCK = {**settings.SHERDLOCK, "MAX_RETRIES": 0, "BACKOFF_ATTEMPTS": 0}
+def test_supply_held_by_others_is_funds_locked_with_retry_after(funded, monkeypatch):
+    # No refetch and no backoff round: the answer comes from the first round.
+    untiring = SelectorConfig(max_retries=0, backoff=BackoffPolicy(attempts=0))
+    monkeypatch.setattr(replica, "selector_config", lambda listening=False: untiring)
     replica.reset()
     select(funded, "holder", "100")
     response = select(funded, "waiter", "10", expect=409)

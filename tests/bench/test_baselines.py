@@ -18,7 +18,7 @@ from django.db import IntegrityError, connection, transaction
 from bench.strategies import BASELINES, REFERENCE, build, payment, spend
 from bench.strategies.base import Picked
 from locks.models import TokenLock
-from sherdlock import FundsLocked, InsufficientFunds, WalletKey
+from sherdlock import BackoffPolicy, FundsLocked, InsufficientFunds, WalletKey
 from tests.factories import make_lock, make_tokens
 from tests.helpers.processes import ROOT, WAIT, child_env, wait_for
 from tokens.models import Token
@@ -130,11 +130,12 @@ def test_cache_batch_learns_released_tokens_and_drops_what_others_took():
     assert strategy.select("tx-2", KEY, 10).token_ids == first.token_ids
 
 
-def test_the_shipped_backoff_and_lease_come_from_the_settings(settings):
-    settings.SHERDLOCK = {**settings.SHERDLOCK, "LEASE_SECONDS": 7, "BACKOFF_ATTEMPTS": 0}
+def test_the_shipped_backoff_and_lease_are_the_baselines_too(settings):
+    settings.SHERDLOCK = {**settings.SHERDLOCK, "LEASE_SECONDS": 7}
     make_tokens(1, quantity=10)
     strategy = build("serialized-advisory", seed=random.randrange(1000))
-    assert strategy.knobs.lease == 7 and strategy.knobs.backoff_attempts == 0
+    assert strategy.knobs.lease == 7
+    assert strategy.knobs.backoff_attempts == BackoffPolicy().attempts
     strategy.select("tx-1", KEY, 5)
     lock = TokenLock.objects.get()
     assert round((lock.expires_at - lock.created_at).total_seconds()) == 7

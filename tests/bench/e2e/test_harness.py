@@ -101,7 +101,7 @@ def run(tmp_path_factory) -> tuple[dict, Path, subprocess.CompletedProcess]:
     env = dict(
         os.environ,
         DATABASE_URL=database_url(settings.DATABASES["default"]),
-        SHERDLOCK_FETCH_LIMIT="1",
+        SHERDLOCK_DURABLE_LEASES="1",
     )
     done = run_module("bench", *TINY, "--out", str(out), "--database", name, env=env, timeout=540)
     try:
@@ -149,9 +149,9 @@ def test_ours_runs_the_shipped_defaults_and_ratios_cover_every_baseline(run):
     report, _, _ = run
     points = {(p["workload"], p["strategy"]): p for p in report["points"]}
     # This test process runs the shipped settings; the variable set for the harness
-    # (SHERDLOCK_FETCH_LIMIT=1) did not reach ours' replicas.
+    # (SHERDLOCK_DURABLE_LEASES=1) did not reach ours' replicas.
     ours = points[("hot-wallet", OURS)]
-    assert ours["settings"]["FETCH_LIMIT"] == settings.SHERDLOCK["FETCH_LIMIT"] != 1
+    assert ours["settings"]["DURABLE_LEASES"] is settings.SHERDLOCK["DURABLE_LEASES"] is False
     assert ours["listening"] is settings.SHERDLOCK["LISTEN"]
     listener = points[("hot-wallet", LISTENER)]
     assert listener["listening"] is True and listener["settings"]["LISTEN"] is True
@@ -316,7 +316,7 @@ def test_check_passes_against_itself_and_fails_on_regressions_and_faults(run, tm
 def test_the_environment_of_each_strategy_is_decided_in_one_place():
     caller = {
         "PATH": "/bin",
-        "SHERDLOCK_FETCH_LIMIT": "1",
+        "SHERDLOCK_DURABLE_LEASES": "1",
         "SHERDLOCK_LISTEN": "0",
         "SHERDLOCK_DATA_DIR": "/data",
         "SHERDLOCK_RATE_SELECTIONS_PER_KEY": "off",

@@ -15,7 +15,7 @@ def test_the_housekeeping_points_last_eight_seconds_whatever_the_selection_point
 
 def test_a_selection_point_lasts_eight_seconds_by_default():
     # The length the selection targets were set at: 3-s points measured the baselines that walk
-    # a wallet in id order on tables fresher than a running service's (docs/performance.md).
+    # a wallet in id order on tables fresher than a running service's.
     assert parse_args([]).duration == 8.0
 
 
