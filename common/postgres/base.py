@@ -18,14 +18,24 @@ said something to it while it sat idle (a server shutting down or restarting, or
 turns readable). Such a connection is closed, which makes the pool drop it, and another is
 borrowed. ``config.settings`` turns Django's own check off for this engine
 (``CONN_HEALTH_CHECKS``), since this one replaces it.
+
+The pool reports to ``common.breaker`` when it gives up connecting and when it connects; while
+its last attempt failed, a request waits for a connection ``breaker.OPEN_WAIT`` seconds, not the
+pool's whole timeout, so that a lost database answers 503 at once. The pool gives up after
+``RECONNECT_TIMEOUT`` rather than retrying with a backoff of its own: the requests' waits ask it
+for connections, so it tries again as soon as a request needs one and connects to a server (a
+newly promoted primary) as soon as one answers.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.db.backends.postgresql import base
+from psycopg_pool import ConnectionPool, PoolTimeout
 
+from common import breaker
 from common.db import prepare_threshold, spoken_to
 
 # What a new server session is told when the application prepares statements on it.
@@ -35,10 +45,28 @@ GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
 # one as it is (its first statement then fails, and that request answers 503).
 MAX_DEAD = 16
 
+# Seconds the pool keeps retrying a failed connection attempt before it gives up and says so to
+# the breaker. Its retries back off (1 s, 2 s, 4 s...), which after a failover would keep the
+# pool away from the new primary for seconds; given up, the next request's wait retries at once.
+RECONNECT_TIMEOUT = 0.0
+
 
 class DatabaseWrapper(base.DatabaseWrapper):
     """Django's PostgreSQL wrapper: prepared statements planned generically; a pooled
     connection checked without a query."""
+
+    @property
+    def pool(self) -> ConnectionPool | None:
+        # Django builds the pool from OPTIONS["pool"]; the breaker's hooks are added here, once.
+        options = self.settings_dict["OPTIONS"].get("pool")
+        if options and self.alias not in self._connection_pools:  # type: ignore[attr-defined]
+            given = {} if options is True else options
+            self.settings_dict["OPTIONS"]["pool"] = {
+                "reconnect_timeout": RECONNECT_TIMEOUT,
+                "reconnect_failed": breaker.connect_failed,
+                **given,
+            }
+        return super().pool  # type: ignore[misc]  # Django 5.1's pool; not in django-stubs
 
     def _configure_connection(self, connection: Any) -> bool:
         # Called once per server session: by the pool as it opens a connection (in autocommit),
@@ -46,6 +74,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         # Behind a transaction-pooling proxy nothing is prepared, and a SET would outlive the
         # transaction on a server session the proxy lends to others.
         commit = super()._configure_connection(connection)  # type: ignore[misc]
+        breaker.connected()
         if prepare_threshold() is None:
             return bool(commit)
         with connection.cursor() as cursor:
@@ -58,13 +87,14 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if pool is None:
             return super().get_new_connection(conn_params)
         pool.open()
+        deadline = time.monotonic() + pool.timeout
         for _ in range(MAX_DEAD):
-            raw = pool.getconn()
+            raw = borrow(pool, deadline)
             if not (raw.closed or raw.broken or spoken_to(raw)):
                 return raw
             raw.close()  # a closed connection given back is dropped and replaced
             pool.putconn(raw)
-        return pool.getconn()
+        return borrow(pool, deadline)
 
     def _set_autocommit(self, autocommit: bool) -> None:
         # Django sets autocommit on every connection it is lent, and psycopg takes the
@@ -72,3 +102,18 @@ class DatabaseWrapper(base.DatabaseWrapper):
         # A pooled connection comes back in autocommit (Django's pool opens them so).
         if self.connection.autocommit != autocommit:
             super()._set_autocommit(autocommit)  # type: ignore[misc]  # not in django-stubs
+
+
+def borrow(pool: ConnectionPool, deadline: float) -> Any:
+    """Borrow a connection by ``deadline``; give up sooner once the database is thought gone.
+
+    The wait is cut in slices of ``breaker.OPEN_WAIT`` so that a request already waiting when
+    the database goes away stops waiting too.
+    """
+    while True:
+        wait = max(min(breaker.OPEN_WAIT, deadline - time.monotonic()), 0.001)
+        try:
+            return pool.getconn(timeout=wait)
+        except PoolTimeout:
+            if breaker.is_open() or time.monotonic() >= deadline:
+                raise
