@@ -16,7 +16,7 @@ Composed with ``str.format`` at import, like ``locking``.
 
 from __future__ import annotations
 
-from common.sql import ASYNC_COMMIT
+from common.sql import ASYNC_COMMIT, SYNC_COMMIT
 from locks.sql.legs import KEYS, NOT_CONSERVED
 from locks.sql.waiting import wake
 
@@ -96,7 +96,7 @@ STORED_OUTPUTS = """(SELECT json_agg(json_build_array(t.id, t."index", t.wallet,
 # on an unspent token, so the lock table alone tells what is held. (Another replica's stale
 # cache cannot lock a spent token: the locking statements re-check it under its row lock.)
 SPEND = """
-WITH{selection}
+WITH{commit}{selection}
 inputs AS MATERIALIZED (
     SELECT t.id, t.quantity
     FROM tokens_token t
@@ -176,7 +176,9 @@ SELECT (SELECT value FROM verdict) AS verdict,
            FROM created c JOIN asked a ON a.idx = c."index")
        ELSE {stored_outputs} END AS outputs{row}
 """.format(
-    selection=SELECTION.format(after="", owner=OWNER),
+    # Its commit is durable even where synchronous_commit is configured off (common.sql).
+    commit=SYNC_COMMIT,
+    selection=SELECTION.format(after=", commit_mode", owner=OWNER),
     columns=SELECTION_COLUMNS,
     row=SELECTION_ROW,
     stored_outputs=STORED_OUTPUTS,
