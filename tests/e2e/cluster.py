@@ -213,11 +213,11 @@ class Cluster:
         to.promote()
         self.primary = to
 
-    def migrate(self) -> None:
+    def migrate(self, env: dict[str, str] | None = None) -> None:
         migrate = subprocess.run(
             [sys.executable, "manage.py", "migrate", "--verbosity", "0"],
             cwd=ROOT,
-            env=child_env(self.url),
+            env={**child_env(self.url), **(env or {})},
             capture_output=True,
             text=True,
             timeout=300,
