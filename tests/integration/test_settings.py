@@ -373,3 +373,17 @@ def test_replacing_the_settings_mapping_is_seen_at_once(settings):
     assert knobs().fetch_limit == 4
     settings.SHERDLOCK = dataclasses.replace(knobs(), fetch_limit=5)
     assert knobs().fetch_limit == 5
+
+
+def test_sessions_of_their_own_reach_every_server_of_the_direct_url(settings):
+    from common import sessions
+
+    settings.DATABASE_POOLING = "transaction"
+    settings.DATABASE_DIRECT_URL = (
+        "postgresql://u@db1:5432,db2:5433/prod?target_session_attrs=read-write&connect_timeout=7"
+    )
+    params = sessions.connection_params()
+    assert (params["host"], params["port"]) == ("db1,db2", "5432,5433")
+    assert params["target_session_attrs"] == "read-write"
+    assert int(params["connect_timeout"]) == 7  # the URL's own
+    assert int(params["keepalives_idle"]) > 0  # config.settings.CONNECTION_DEFAULTS
