@@ -14,6 +14,8 @@ from __future__ import annotations
 import concurrent.futures
 import http.client
 import json
+import subprocess
+import sys
 import time
 import types
 from collections import Counter
@@ -21,6 +23,7 @@ from decimal import Decimal
 
 import pytest
 
+from config import broker
 from locks.listener import APPLICATION_NAME
 from tests.e2e.cluster import cluster
 from tests.e2e.faults import (
@@ -33,8 +36,9 @@ from tests.e2e.faults import (
     wait_for_no_live_locks,
 )
 from tests.e2e.servers import web_server
+from tests.e2e.test_celery_housekeeping import stop
 from tests.e2e.test_faults import forgotten_grant, server_errors
-from tests.helpers.processes import child_env, wait_for
+from tests.helpers.processes import ROOT, child_env, wait_for
 
 LEASE = 3.0
 TOKENS_PER_WALLET = 40
@@ -254,3 +258,74 @@ def listeners(node) -> int:
 
 # The selections whose spend committed.
 SPENT = "SELECT tx_id FROM locks_selection WHERE status = 'spent'"
+
+
+# Beat as `celery -A config beat`, re-reading its whole schedule every second instead of every
+# few minutes, so that a re-read falls within the outage.
+BEAT = (
+    "import sys, django; django.setup(); import django_celery_beat.schedulers as s; "
+    "s.SCHEDULE_SYNC_MAX_INTERVAL = 1; "
+    "from celery.__main__ import main; sys.argv[0] = 'celery'; main()"
+)
+SCHEDULE_EVERY_SECOND = (
+    "from tests.e2e.test_celery_housekeeping import schedule_every_second; schedule_every_second()"
+)
+RUNS_SINCE = "SELECT count(*) FROM locks_housekeepingrun WHERE started_at > %s"
+
+
+@pytest.mark.timeout(300)
+def test_celery_worker_and_beat_carry_on_with_the_promoted_standby(tmp_path):
+    with cluster() as servers:
+        servers.start_primary("n0")
+        standby = servers.add_standby("n1")
+        servers.migrate()
+        env = child_env(servers.url)
+        shell = subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c", SCHEDULE_EVERY_SECOND],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert shell.returncode == 0, shell.stderr[-3000:]
+        redis = broker.start(tmp_path / "redis")
+        env["CELERY_BROKER_URL"] = broker.url(tmp_path / "redis")
+        logs = {"worker": tmp_path / "worker.log", "beat": tmp_path / "beat.log"}
+        worker_argv = ["-m", "celery", "-A", "config", "worker", "--concurrency", "1"]
+        beat_argv = ["-c", BEAT, "-A", "config", "beat", "--schedule", str(tmp_path / "sched")]
+        processes = []
+        try:
+            for name, argv in (("worker", worker_argv), ("beat", beat_argv)):
+                with logs[name].open("w") as out:
+                    processes.append(
+                        subprocess.Popen(
+                            [sys.executable, *argv, "--loglevel", "INFO"],
+                            cwd=ROOT,
+                            env=env,
+                            stdout=out,
+                            stderr=subprocess.STDOUT,
+                            start_new_session=True,
+                        )
+                    )
+
+            def tails() -> str:
+                return "\n".join(f"--- {n}\n{p.read_text()[-3000:]}" for n, p in logs.items())
+
+            def ran_since(moment) -> bool:
+                assert all(p.poll() is None for p in processes), tails()
+                return servers.primary.query(RUNS_SINCE, (moment,))[0][0] > 0
+
+            started = servers.primary.query("SELECT now()")[0][0]
+            wait_for(lambda: ran_since(started), "housekeeping to run", timeout=60)
+            servers.primary.kill()
+            time.sleep(3 * DETECTION)  # beat re-reads its schedule while no server is primary
+            servers.fail_over(standby)
+            promoted = standby.query("SELECT now()")[0][0]
+            wait_for(lambda: ran_since(promoted), "housekeeping on the new primary", timeout=60)
+        finally:
+            for process in processes:
+                stop(process)
+            redis.terminate()
+            redis.wait(timeout=10)
+    assert "keeping the last one" in logs["beat"].read_text(), tails()
