@@ -7,6 +7,8 @@ pool's timeout. After a failover to a synchronous standby every spend answered 2
 primary, no token is spent twice, value is conserved, and the only errors are 503 while no
 primary answers and ``lease_lost`` / ``not_found`` for lease grants the failover forgot (they
 commit asynchronously). Unavailability (first 503 to first success) is measured and printed.
+Spends and issues wait for the synchronous standby even where commits are configured
+asynchronous, and a Celery worker and beat carry on with the promoted standby.
 """
 
 from __future__ import annotations
