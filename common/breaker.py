@@ -19,6 +19,10 @@ from typing import Any
 # connection attempt to a server that answers again (milliseconds), short enough that a client
 # gets its 503 well within a second.
 OPEN_WAIT = 0.25
+# How soon after a failed attempt a request may ask the pool to try again: in between, requests
+# answer 503 without a connection attempt each (which would log two warnings and, on a server
+# starting up, cost it a refused session each), so that a process tries a few times a second.
+PROBE_INTERVAL = 0.25
 
 _lock = threading.Lock()
 _failed_at: float | None = None
@@ -42,6 +46,12 @@ def connected() -> None:
 def is_open() -> bool:
     """Tell whether the last connection attempt failed (and none succeeded since)."""
     return _failed_at is not None
+
+
+def just_failed() -> bool:
+    """Tell whether an attempt failed less than ``PROBE_INTERVAL`` ago (none succeeded since)."""
+    failed = _failed_at
+    return failed is not None and time.monotonic() - failed < PROBE_INTERVAL
 
 
 def failed_at() -> float | None:

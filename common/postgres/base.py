@@ -108,8 +108,11 @@ def borrow(pool: ConnectionPool, deadline: float) -> Any:
     """Borrow a connection by ``deadline``; give up sooner once the database is thought gone.
 
     The wait is cut in slices of ``breaker.OPEN_WAIT`` so that a request already waiting when
-    the database goes away stops waiting too.
+    the database goes away stops waiting too. Right after a failed attempt a request does not
+    wait at all (``breaker.PROBE_INTERVAL``): its wait would start another attempt.
     """
+    if breaker.just_failed():
+        raise PoolTimeout("the database could not be reached a moment ago")
     while True:
         wait = max(min(breaker.OPEN_WAIT, deadline - time.monotonic()), 0.001)
         try:

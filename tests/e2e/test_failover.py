@@ -25,6 +25,7 @@ from decimal import Decimal
 
 import pytest
 
+from common.breaker import PROBE_INTERVAL
 from config import broker
 from locks.listener import APPLICATION_NAME
 from tests.e2e.cluster import cluster
@@ -49,6 +50,8 @@ QUANTITY = 10
 # second for a connection (common.breaker.OPEN_WAIT); the rest is room for a loaded machine.
 # Without the breaker each request waited the pool's 30 s.
 PROMPT = 2.0
+# What psycopg_pool logs at each failed connection attempt.
+FAILED_ATTEMPT = "error connecting in"
 
 
 def service_env(url: str) -> dict[str, str]:
@@ -98,13 +101,23 @@ def test_with_the_database_gone_every_endpoint_answers_503_at_once(tmp_path):
             ]
             # Each endpoint in turn, then many at once (more than a worker's pool of
             # connections): none may wait for a server that is not coming back.
+            began = time.monotonic()
             answers = [call(server.base, key, *request) for request in requests * 2]
             with concurrent.futures.ThreadPoolExecutor(24) as pool:
-                answers += pool.map(lambda r: call(server.base, key, *r), requests * 6)
+                answers += pool.map(lambda r: call(server.base, key, *r), requests * 40)
+            spell = time.monotonic() - began
             log = server.log_text()
     slowest = max(took for *_, took in answers)
-    print(f"\n[failover] database gone: {len(answers)} answers, slowest {slowest:.3f} s")
-    for (status, code, retry_after, took), request in zip(answers, requests * 8, strict=True):
+    attempts = log.count(FAILED_ATTEMPT)
+    print(
+        f"\n[failover] database gone: {len(answers)} answers in {spell:.2f} s, slowest "
+        f"{slowest:.3f} s, {attempts} connection attempts"
+    )
+    # A process tries to connect a few times a second, not once per request: at most one try
+    # (psycopg_pool's two attempts, common.postgres.RECONNECT_TIMEOUT) per PROBE_INTERVAL, and
+    # as much again for slack. Once per request would be about two attempts per answer.
+    assert attempts <= 2 * 2 * WORKERS * (spell / PROBE_INTERVAL + 2) < len(answers), attempts
+    for (status, code, retry_after, took), request in zip(answers, requests * 42, strict=True):
         assert (status, code) == (503, "database_unavailable") or (
             request[1] == "/readyz" and status == 503
         ), (request, status, code)
