@@ -19,9 +19,10 @@ from typing import Any
 # connection attempt to a server that answers again (milliseconds), short enough that a client
 # gets its 503 well within a second.
 OPEN_WAIT = 0.25
-# How soon after a failed attempt a request may ask the pool to try again: in between, requests
-# answer 503 without a connection attempt each (which would log two warnings and, on a server
-# starting up, cost it a refused session each), so that a process tries a few times a second.
+# How soon after a failed attempt a request may ask the pool to try again: requests arriving in
+# between wait for that moment and share its attempt, instead of starting one each (two warnings
+# in the log and, on a server starting up, a refused session each), so that a process tries a
+# few times a second.
 PROBE_INTERVAL = 0.25
 
 _lock = threading.Lock()
@@ -48,10 +49,12 @@ def is_open() -> bool:
     return _failed_at is not None
 
 
-def just_failed() -> bool:
-    """Tell whether an attempt failed less than ``PROBE_INTERVAL`` ago (none succeeded since)."""
+def until_probe() -> float:
+    """Return how long until the next attempt may be made (0 unless the last one failed)."""
     failed = _failed_at
-    return failed is not None and time.monotonic() - failed < PROBE_INTERVAL
+    if failed is None:
+        return 0.0
+    return max(0.0, failed + PROBE_INTERVAL - time.monotonic())
 
 
 def failed_at() -> float | None:

@@ -108,11 +108,12 @@ def borrow(pool: ConnectionPool, deadline: float) -> Any:
     """Borrow a connection by ``deadline``; give up sooner once the database is thought gone.
 
     The wait is cut in slices of ``breaker.OPEN_WAIT`` so that a request already waiting when
-    the database goes away stops waiting too. Right after a failed attempt a request does not
-    wait at all (``breaker.PROBE_INTERVAL``): its wait would start another attempt.
+    the database goes away stops waiting too. Right after a failed attempt a request first
+    waits for the next probe (``breaker.PROBE_INTERVAL``), so that the requests of that spell
+    share one attempt instead of each starting its own; if the server answers by then, they
+    are served, not refused.
     """
-    if breaker.just_failed():
-        raise PoolTimeout("the database could not be reached a moment ago")
+    time.sleep(breaker.until_probe())
     while True:
         wait = max(min(breaker.OPEN_WAIT, deadline - time.monotonic()), 0.001)
         try:
