@@ -36,7 +36,9 @@ def connection_params(alias: str = DEFAULT_DB_ALIAS) -> dict[str, Any]:
         direct = settings.DATABASE_DIRECT_URL
         if not direct:  # config.settings refuses this; settings overridden in tests may not
             raise ImproperlyConfigured("DATABASE_POOLING=transaction needs DATABASE_DIRECT_URL")
-        return dict(conninfo_to_dict(direct))
+        # The timeouts and keepalives Django's connections get (config.settings), unless the
+        # URL sets them: a lost server must not hold a listener or the guard for minutes.
+        return {**getattr(settings, "CONNECTION_DEFAULTS", {}), **conninfo_to_dict(direct)}
     params = dict(connections[alias].get_connection_params())
     for name in DJANGO_ONLY:
         params.pop(name, None)

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import os
 from typing import Any
+from urllib.parse import urlsplit
 
 import dj_database_url
+import psycopg
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import lazy
+from psycopg.conninfo import conninfo_to_dict
 from pythonjsonlogger.core import RESERVED_ATTRS
 
 from clients.rates import parse_rate
@@ -84,7 +87,7 @@ DatabaseEntry = dict[str, Any]
 
 
 def _postgres(name: str, url: str) -> DatabaseEntry:
-    config = dj_database_url.parse(url)
+    config = _several_hosts(url) if _names_several_hosts(url) else dj_database_url.parse(url)
     if config["ENGINE"] != "django.db.backends.postgresql":
         raise ImproperlyConfigured(
             f"{name} uses {config['ENGINE']!r}; Sherdlock supports PostgreSQL only "
@@ -94,9 +97,60 @@ def _postgres(name: str, url: str) -> DatabaseEntry:
     return dict(config)
 
 
+def _names_several_hosts(url: str) -> bool:
+    netloc = urlsplit(url).netloc
+    return "," in netloc.rpartition("@")[2]
+
+
+# libpq's own keywords of a URL, as Django names them; any other keyword goes to OPTIONS.
+_DJANGO_KEYS = {"dbname": "NAME", "user": "USER", "password": "PASSWORD", "host": "HOST"}
+
+
+def _several_hosts(url: str) -> DatabaseEntry:
+    """Read a libpq URL naming several servers (``postgresql://u@h1:5432,h2:5432/db?...``).
+
+    dj-database-url reads one host only. libpq reads its own URLs (``conninfo_to_dict``), and
+    Django hands HOST and PORT to it unchanged, so the lists travel as libpq wrote them: libpq
+    then tries the servers in turn and, with ``target_session_attrs=read-write``, keeps the one
+    that is primary.
+    """
+    if not url.startswith(("postgres://", "postgresql://")):
+        raise ImproperlyConfigured(f"{url.partition(':')[0]}: only PostgreSQL URLs name hosts")
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise ImproperlyConfigured(f"cannot read the database URL: {exc}") from exc
+    config: DatabaseEntry = {"ENGINE": "django.db.backends.postgresql", "PORT": ""}
+    options: dict[str, Any] = {}
+    for key, value in params.items():
+        if key in _DJANGO_KEYS:
+            config[_DJANGO_KEYS[key]] = value
+        elif key == "port":
+            config["PORT"] = value
+        else:
+            options[key] = value
+    if options:
+        config["OPTIONS"] = options
+    return config
+
+
 # Django's PostgreSQL backend: the application's prepared statements planned generically,
 # pooled connections lent without a check query.
 ENGINE = "common.postgres"
+
+
+# libpq parameters of every connection to DATABASE_URL unless the URL sets them. A server whose
+# machine is gone answers nothing: without a connect timeout a connection attempt would wait for
+# the kernel to give up on it (minutes), and a session idle on it (a listener) would never learn
+# that it is gone. With several hosts the connect timeout applies to each in turn. Keepalives
+# (TCP only; a Unix socket reports a dead server at once) declare an idle session dead after
+# about idle + interval * count seconds, so listeners reconnect to a promoted standby soon.
+CONNECTION_DEFAULTS: DatabaseEntry = {
+    "connect_timeout": 3,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
 
 
 def database_settings(
@@ -132,7 +186,7 @@ def database_settings(
             **persistent,
         }
     given = _postgres("DATABASE_URL", url)
-    options = {**given.get("OPTIONS", {}), **persistent.get("OPTIONS", {})}
+    options = {**CONNECTION_DEFAULTS, **given.get("OPTIONS", {}), **persistent.get("OPTIONS", {})}
     config = {**given, **persistent, **({"OPTIONS": options} if options else {})}
     if pooling == TRANSACTION_POOLING:
         # QuerySet.iterator() (the admin's choice fields among others) would declare a cursor
@@ -406,6 +460,6 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = TIME_ZONE
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BEAT_SCHEDULER = "config.beat:DatabaseScheduler"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

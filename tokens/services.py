@@ -10,6 +10,7 @@ from django.db import connection, transaction
 from django.db.models import Q, Sum
 from django.db.models.functions import Coalesce, Now
 
+from common.sql import DURABLE_COMMIT
 from sherdlock import SherdlockError
 from tokens import sql
 from tokens.models import Token
@@ -64,6 +65,8 @@ def issue_tokens(specs: Sequence[TokenSpec], namespace: str = "") -> tuple[list[
     if not specs:
         return [], 0
     with transaction.atomic(), connection.cursor() as cursor:
+        # The issue's commit is durable even where synchronous_commit is configured off.
+        cursor.execute(DURABLE_COMMIT)
         tx_ids = sorted({s.tx_id for s in specs})
         claim, read_claims = sql.CLAIM_ISSUE
         cursor.execute(claim, [namespace, tx_ids])

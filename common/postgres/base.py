@@ -24,15 +24,24 @@ A web process (``serve``, called by ``config.wsgi``) also gives each new session
 rather than holding one of the pool's connections, which every request of the process shares.
 Management commands and workers run long statements of their own (migrations, recounts,
 bulk loads) and keep the server's setting.
+
+The pool reports to ``common.breaker`` when it gives up connecting and when it connects; while
+its last attempt failed, a request waits for a connection ``breaker.OPEN_WAIT`` seconds, not the
+pool's whole timeout, so that a lost database answers 503 at once. The pool gives up after
+``RECONNECT_TIMEOUT`` rather than retrying with a backoff of its own: the requests' waits ask it
+for connections, so it tries again as soon as a request needs one and connects to a server (a
+newly promoted primary) as soon as one answers.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.db.backends.postgresql import base
+from psycopg_pool import ConnectionPool, PoolTimeout
 
-from common import sessions
+from common import breaker, sessions
 from common.db import prepare_threshold, spoken_to
 from common.knobs import knobs
 from common.pool_metrics import POOL_IN_USE, POOL_WAITING
@@ -65,18 +74,37 @@ def session_settings() -> list[str]:
 # one as it is (its first statement then fails, and that request answers 503).
 MAX_DEAD = 16
 
+# Seconds the pool keeps retrying a failed connection attempt before it gives up and says so to
+# the breaker. Its retries back off (1 s, 2 s, 4 s...), which after a failover would keep the
+# pool away from the new primary for seconds; given up, the next request's wait retries at once.
+RECONNECT_TIMEOUT = 0.0
+
 
 class DatabaseWrapper(base.DatabaseWrapper):
     """Django's PostgreSQL wrapper: prepared statements planned generically; a pooled
     connection checked without a query."""
+
+    @property
+    def pool(self) -> ConnectionPool | None:
+        # Django builds the pool from OPTIONS["pool"]; the breaker's hooks are added here, once.
+        options = self.settings_dict["OPTIONS"].get("pool")
+        if options and self.alias not in self._connection_pools:  # type: ignore[attr-defined]
+            given = {} if options is True else options
+            self.settings_dict["OPTIONS"]["pool"] = {
+                "reconnect_timeout": RECONNECT_TIMEOUT,
+                "reconnect_failed": breaker.connect_failed,
+                **given,
+            }
+        return super().pool  # type: ignore[misc]  # Django 5.1's pool; not in django-stubs
 
     def _configure_connection(self, connection: Any) -> bool:
         # Called once per server session: by the pool as it opens a connection (in autocommit),
         # or by Django's init_connection_state without a pool (which commits if told to).
         # Behind a transaction-pooling proxy a SET would outlive the transaction on a server
         # session the proxy lends to others: nothing is prepared there, and the statement
-        # timeout is the role's (README, STATEMENT_TIMEOUT).
+        # timeout is the role's (docs/configuration.md, SHERDLOCK_STATEMENT_TIMEOUT).
         commit = super()._configure_connection(connection)  # type: ignore[misc]
+        breaker.connected()
         if sessions.transaction_pooled():
             return bool(commit)
         found = session_settings()
@@ -102,13 +130,14 @@ class DatabaseWrapper(base.DatabaseWrapper):
         return raw
 
     def _borrow(self, pool: Any) -> Any:
+        deadline = time.monotonic() + pool.timeout
         for _ in range(MAX_DEAD):
-            raw = pool.getconn()
+            raw = borrow(pool, deadline)
             if not (raw.closed or raw.broken or spoken_to(raw)):
                 return raw
             raw.close()  # a closed connection given back is dropped and replaced
             pool.putconn(raw)
-        return pool.getconn()
+        return borrow(pool, deadline)
 
     def _close(self) -> None:
         # A pooled connection goes back to the pool here (Django's own _close).
@@ -125,3 +154,22 @@ class DatabaseWrapper(base.DatabaseWrapper):
         # A pooled connection comes back in autocommit (Django's pool opens them so).
         if self.connection.autocommit != autocommit:
             super()._set_autocommit(autocommit)  # type: ignore[misc]  # not in django-stubs
+
+
+def borrow(pool: ConnectionPool, deadline: float) -> Any:
+    """Borrow a connection by ``deadline``; give up sooner once the database is thought gone.
+
+    The wait is cut in slices of ``breaker.OPEN_WAIT`` so that a request already waiting when
+    the database goes away stops waiting too. Right after a failed attempt a request first
+    waits for the next probe (``breaker.PROBE_INTERVAL``), so that the requests of that spell
+    share one attempt instead of each starting its own; if the server answers by then, they
+    are served, not refused.
+    """
+    time.sleep(breaker.until_probe())
+    while True:
+        wait = max(min(breaker.OPEN_WAIT, deadline - time.monotonic()), 0.001)
+        try:
+            return pool.getconn(timeout=wait)
+        except PoolTimeout:
+            if breaker.is_open() or time.monotonic() >= deadline:
+                raise

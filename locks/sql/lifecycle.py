@@ -17,7 +17,7 @@ Composed with ``str.format`` at import, like ``locking``.
 
 from __future__ import annotations
 
-from common.sql import ASYNC_COMMIT
+from common.sql import ASYNC_COMMIT, SYNC_COMMIT
 from locks.sql.legs import KEYS, NOT_CONSERVED
 from locks.sql.waiting import wake
 
@@ -126,7 +126,7 @@ live AS MATERIALIZED (
 # what is held. (Another replica's stale cache cannot lock a spent token: the locking statements
 # re-check it under its row lock.) Stamped with the moment its lease was judged.
 SPEND = """
-WITH{selection}
+WITH{commit}{selection}
 inputs AS MATERIALIZED (
     SELECT t.id, t.quantity
     FROM tokens_token t
@@ -195,7 +195,9 @@ SELECT (SELECT value FROM verdict) AS verdict,
            FROM created c JOIN asked a ON a.idx = c."index")
        ELSE {stored_outputs} END AS outputs{row}
 """.format(
-    selection=SELECTION.format(after="", owner=OWNER),
+    # Its commit is durable even where synchronous_commit is configured off (common.sql).
+    commit=SYNC_COMMIT,
+    selection=SELECTION.format(after=", commit_mode", owner=OWNER),
     held=HELD.format(inputs="\n    JOIN inputs i ON i.id = l.token_id") + LEASE,
     columns=SELECTION_COLUMNS,
     row=SELECTION_ROW,

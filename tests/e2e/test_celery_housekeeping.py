@@ -128,6 +128,6 @@ def test_beat_schedules_housekeeping_and_the_worker_removes_expired_locks(tmp_pa
     assert HousekeepingRun.objects.filter(expired_removed=1, finished_at__isnull=False).exists()
     beat_log, worker_log = logs["beat"].read_text(), logs["worker"].read_text()
     # Beat prints its scheduler class in the start-up banner.
-    assert "django_celery_beat.schedulers.DatabaseScheduler" in beat_log
+    assert "config.beat.DatabaseScheduler" in beat_log
     assert "Sending due task Lock housekeeping (locks.housekeeping)" in beat_log
     assert "'expired': 1" in "".join(m.group(0) for m in SUCCEEDED.finditer(worker_log))

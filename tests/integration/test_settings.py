@@ -72,6 +72,26 @@ def test_url_options_survive_the_pool():
     assert config["OPTIONS"]["pool"]["max_size"] == 4
 
 
+def test_a_url_may_name_several_servers_for_libpq_to_choose_the_primary():
+    config = database_settings(
+        "postgresql://u:p@db1.example:5432,%2Frun%2Fpg:5433/prod?target_session_attrs=read-write"
+    )
+    assert (config["HOST"], config["PORT"]) == ("db1.example,/run/pg", "5432,5433")
+    assert (config["NAME"], config["USER"], config["PASSWORD"]) == ("prod", "u", "p")
+    assert config["OPTIONS"]["target_session_attrs"] == "read-write"
+    assert config["OPTIONS"]["pool"]["max_size"] == DEFAULT_POOL_SIZE
+    assert direct_database_url("postgresql://u@a,b/prod", "transaction") == (
+        "postgresql://u@a,b/prod"
+    )
+
+
+def test_connections_give_up_on_a_silent_server_unless_the_url_says_otherwise():
+    config = database_settings("postgres://u@db.example/prod?connect_timeout=10")
+    assert int(config["OPTIONS"]["connect_timeout"]) == 10
+    assert config["OPTIONS"]["keepalives_idle"] > 0
+    assert database_settings("postgres://u@db.example/prod")["OPTIONS"]["connect_timeout"] > 0
+
+
 @pytest.mark.parametrize(
     "value,size",
     [(None, DEFAULT_POOL_SIZE), ("8", 8), (" 32 ", 32), ("off", None), ("0", None)],
@@ -352,3 +372,17 @@ def test_replacing_the_settings_mapping_is_seen_at_once(settings):
     assert knobs().lease_seconds == 4
     settings.SHERDLOCK = dataclasses.replace(knobs(), lease_seconds=5)
     assert knobs().lease_seconds == 5
+
+
+def test_sessions_of_their_own_reach_every_server_of_the_direct_url(settings):
+    from common import sessions
+
+    settings.DATABASE_POOLING = "transaction"
+    settings.DATABASE_DIRECT_URL = (
+        "postgresql://u@db1:5432,db2:5433/prod?target_session_attrs=read-write&connect_timeout=7"
+    )
+    params = sessions.connection_params()
+    assert (params["host"], params["port"]) == ("db1,db2", "5432,5433")
+    assert params["target_session_attrs"] == "read-write"
+    assert int(params["connect_timeout"]) == 7  # the URL's own
+    assert int(params["keepalives_idle"]) > 0  # config.settings.CONNECTION_DEFAULTS
