@@ -87,7 +87,7 @@ def test_more_text_in_any_search_box_or_filter_finds_nothing(admin_client, rows,
     try_every_box(admin_client, label, NASTY + MORE_NASTY)
 
 
-@pytest.mark.parametrize("n, label", enumerate(CHANGELISTS))
+@pytest.mark.parametrize("n, label", list(enumerate(CHANGELISTS)))
 def test_more_text_in_some_search_box_or_filter_finds_nothing(admin_client, rows, n, label):
     """The long variant in brief: each changelist tries one more text, in turn, so that every
     one of them is tried in some changelist."""

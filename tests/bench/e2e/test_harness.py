@@ -262,7 +262,7 @@ def test_every_selection_strategy_is_measured_against_random(run):
 def test_every_target_is_stated_and_judged(run):
     report, _, done = run
     sections = {t["section"] for t in report["targets"]}
-    assert sections == {"selection", "http", "housekeeping", "chain"}
+    assert sections == {"selection", "reference", "http", "housekeeping", "chain"}
     for target in report["targets"]:
         assert target["met"] in (True, False, None), target
     # Targets at replica counts this run did not measure say so instead of passing.
