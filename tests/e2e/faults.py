@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
+from typing import Protocol
 
 import psycopg
 
@@ -184,9 +185,15 @@ def recovery_seconds(records: list[dict], answering_at: float) -> float:
     return min(firsts) - answering_at
 
 
-def check_invariants(db: Database, supply: Decimal) -> dict[str, int]:
+class Queried(Protocol):
+    """A database the tests read: a throwaway server here, a node of a cluster (``cluster``)."""
+
+    def query(self, sql: str, params: tuple = ()) -> list[tuple]: ...
+
+
+def check_invariants(db: Queried, supply: Decimal) -> dict[str, int]:
     """Assert what no fault may break (``tests.helpers.invariants``); return counts."""
-    return invariants.check_invariants(invariants.url_query(db.url), supply)
+    return invariants.check_invariants(lambda sql, params=(): db.query(sql, tuple(params)), supply)
 
 
 def wait_for_no_live_locks(db: Database, lease: float) -> None:

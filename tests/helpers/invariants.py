@@ -69,18 +69,6 @@ def django_query(sql: str, params: Sequence[object] = ()) -> list[tuple]:
         return cursor.fetchall()
 
 
-def url_query(url: str) -> Query:
-    """A ``Query`` on the database at ``url``, one connection per statement."""
-
-    def query(sql: str, params: Sequence[object] = ()) -> list[tuple]:
-        import psycopg
-
-        with psycopg.connect(url) as conn:
-            return conn.execute(sql, params).fetchall()
-
-    return query
-
-
 def check_invariants(
     query: Query = django_query,
     issued: Decimal | Mapping[str, Decimal] | None = None,
