@@ -14,7 +14,6 @@ from .errors import (
     TooManyInputs,
 )
 from .interfaces import Clock, Sleeper, TokenStore
-from .lease import LeaseKeeper
 from .legs import MAX_LEGS, Leg, select_legs
 from .memory import InMemoryStore
 from .selector import Selector
@@ -45,7 +44,6 @@ __all__ = [
     "InMemoryStore",
     "InsufficientFunds",
     "InvalidRequest",
-    "LeaseKeeper",
     "Leg",
     "LockOutcome",
     "NoExactMatch",
