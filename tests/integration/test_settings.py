@@ -15,15 +15,15 @@ from clients.rates import Rate
 from clients.throttling import configured_rates
 from common.knobs import Knobs, environment_variables, knobs
 from config import embedded_db
-from config.settings import (
+from config.database import (
     DEFAULT_POOL_SIZE,
     database_pool_size,
     database_pooling,
     database_settings,
     direct_database_url,
     prepare_threshold,
-    rate_limit,
 )
+from config.settings import rate_limit
 from tests.helpers.processes import ROOT
 
 
@@ -385,4 +385,4 @@ def test_sessions_of_their_own_reach_every_server_of_the_direct_url(settings):
     assert (params["host"], params["port"]) == ("db1,db2", "5432,5433")
     assert params["target_session_attrs"] == "read-write"
     assert int(params["connect_timeout"]) == 7  # the URL's own
-    assert int(params["keepalives_idle"]) > 0  # config.settings.CONNECTION_DEFAULTS
+    assert int(params["keepalives_idle"]) > 0  # config.database.CONNECTION_DEFAULTS
