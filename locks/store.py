@@ -150,15 +150,18 @@ class PostgresTokenStore:
         token_ids: Sequence[int] | None = None,
         wallet: str | None = None,
     ) -> int:
-        params: dict[str, Any] = {"tx_id": tx_id, "fence": fence, "wallet": wallet}
+        params: dict[str, Any] = {
+            "tx_id": tx_id,
+            "fence": fence,
+            "wallet": wallet,
+            "token_ids": None,
+            "synchronous_commit": self._commit_mode(),
+        }
         if token_ids is not None:
             if not token_ids:
                 return 0
             params["token_ids"] = sorted(token_ids)
-        statement = locking.UNLOCK_STATEMENTS[
-            (token_ids is not None, self._durable(), wallet is not None)
-        ]
-        cursor = self._execute(statement, params)
+        cursor = self._execute(locking.UNLOCK_STATEMENTS[wallet is not None], params)
         return cursor.rowcount
 
     def supply(self, key: WalletKey, tx_id: str) -> Supply:
@@ -213,6 +216,7 @@ class PostgresTokenStore:
             {
                 "tx_id": claim.tx_id,
                 "fence": claim.fence,
+                "synchronous_commit": self._commit_mode(),
                 "lease": self.lease,
                 "wallet": claim.key.wallet,
                 "currency": claim.key.currency,
@@ -226,13 +230,12 @@ class PostgresTokenStore:
                     "held_ids": [c.token_id for c in claim.held],
                     "held_total": Decimal(claim.held_total),
                     "held_expiry": claim.held_expiry,
+                    "strategy": claim.strategy,
                 }
             )
-        # Strategies other than the default run their own variants (an ordered fetch, a row that
-        # names them); the default's are the statements the plans were tuned for.
-        named = claim.record and claim.strategy != "random"
-        if named:
-            params["strategy"] = claim.strategy
+        contested = fetch and claim.contested
+        if fetch:
+            params["spare"] = claim.spare or not contested
         # The first locking statement of a rate-limited request takes its units
         # (clients.throttling.charging) and locks nothing if a bucket refuses. The meter stays
         # pending until the statement has run: one that fails (cancelled, say) takes nothing, as
@@ -241,14 +244,10 @@ class PostgresTokenStore:
         if meter is not None:
             params.update(meter.params())
         variant = locking.LockStatement(
-            fetch=fetch,
+            choice=claim.order if fetch else "given",
+            contested=contested,
             record=claim.record,
-            durable=self._durable(),
-            order=claim.order if fetch else "random",
-            strategy=named,
             metered=meter is not None,
-            fresh=fetch and claim.contested,
-            spare=not (fetch and claim.contested) or claim.spare,
         )
         row = db.one(self._execute(locking.LOCK_STATEMENTS[variant], params))
         if meter is None:
@@ -274,10 +273,15 @@ class PostgresTokenStore:
             raise
         return True
 
-    def _durable(self) -> bool:
-        # Inside a caller's transaction the statement's commit is the caller's: leave its
-        # commit mode alone (it may hold a spend).
-        return self.durable or connections[self.using].in_atomic_block
+    def _commit_mode(self) -> str | None:
+        """Return the locking statements' synchronous_commit (locking.COMMIT_MODE).
+
+        Asynchronous unless leases are durable; inside a caller's transaction the statement's
+        commit is the caller's, so its commit mode is left alone (it may hold a spend).
+        """
+        if self.durable or connections[self.using].in_atomic_block:
+            return None
+        return "off"
 
     def _check_open(self, claim: Claim, is_open: bool) -> None:
         if not is_open:
@@ -293,7 +297,7 @@ class PostgresTokenStore:
         tokens: list | None,
     ) -> RecordedSelection | None:
         if recorded_id is not None:
-            # RESULT_RECORDED stamps and lists the selection whenever it wrote one.
+            # RECORDED_RESULT stamps and lists the selection whenever it wrote one.
             assert recorded_at is not None and tokens is not None
             return RecordedSelection(
                 id=recorded_id,

@@ -21,7 +21,7 @@ from sherdlock import Candidate, WalletKey
 # Like the service's spend, it wakes requests waiting for the wallets it pays into (the chain
 # waits so); with nobody waiting that is one probe of an empty index. The lease is tested where
 # no index can answer it (``IS TRUE``), so the lock rows are probed by token, as the service's
-# statements do (``locks.sql.locking.FREE`` says why).
+# statements do (``locks.sql.batches.FREE`` says why).
 SPEND = """
 WITH held AS (
     SELECT t.id

@@ -63,11 +63,14 @@ def script(workload: Workload, limit: int, lease: float) -> str:
         "need": ":need",
         "limit": str(limit),
         "lease": repr(float(lease)),
+        "synchronous_commit": "'off'",
+        "spare": "true",
+        "token_ids": "NULL",
     }
-    shipped = locking.LockStatement(fetch=True, record=False, durable=False)
+    shipped = locking.LockStatement("random")
     fetch = re.sub(r"%\((\w+)\)s", lambda m: values[m[1]], locking.LOCK_STATEMENTS[shipped].strip())
     # All of the selection's locks, committed asynchronously, in its wallet: as the selector asks.
-    shipped_unlock = locking.UNLOCK_STATEMENTS[(False, False, True)]
+    shipped_unlock = locking.UNLOCK_STATEMENTS[True]
     unlock = re.sub(r"%\((\w+)\)s", lambda m: values[m[1]], shipped_unlock.strip())
     return (
         wallet_set

@@ -1,7 +1,7 @@
 from django.db import migrations
 
 # Take one token for a lock insert as of now, not as of the calling statement's snapshot: the
-# fetch of a contested wallet (locks.sql.batches, FRESH_CHOSEN) walks its batch through this,
+# fetch of a contested wallet (locks.sql.batches, TAKEN_AS_OF_NOW) walks its batch through this,
 # one token at a time, until what it took covers the need. A statement's own reads see the
 # lock table as it was when the statement began; on a wallet that many replicas fight over,
 # a lock committed since then was not seen, its token's row lock was already gone (so SKIP

@@ -3,7 +3,7 @@ import importlib
 from django.db import migrations
 
 # Take a contested wallet's batch for a lock insert as of now, a covering run at a time: the fetch
-# of a contested wallet (locks.sql.batches, FRESH_CHOSEN) hands its batch over in its order, and
+# of a contested wallet (locks.sql.batches, TAKEN_AS_OF_NOW) hands its batch over in its order, and
 # this takes tokens from the front until what it took covers the need. It replaces
 # locks_take_token (0013), called once per token: three queries per token, paid a hundred times
 # over by a selection that gathers many small tokens.

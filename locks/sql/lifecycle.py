@@ -9,7 +9,7 @@ an answer; when the verdict is not "ok" nothing was written.
 
 A lock row's lease is tested only once its row is found by the selection's key (wallet,
 spender, fence), never through the expiry index, whose cost the statistics misjudge
-(``locks.sql.locking.FREE`` says why): a reader tests ``(l.expires_at > now()) IS TRUE``, which
+(``locks.sql.batches.FREE`` says why): a reader tests ``(l.expires_at > now()) IS TRUE``, which
 no index answers; a spend or an extension tests it under the lock rows' locks (``LEASE``).
 
 Composed with ``str.format`` at import, like ``locking``.

@@ -1,4 +1,4 @@
-"""The hot-path SQL of the PostgreSQL token store, one named block per statement.
+"""The hot-path SQL of the PostgreSQL token store: lock, unlock, read supply.
 
 Every statement runs on its own (autocommit), so each is one short transaction, and each does a
 selection's work in one round trip: the locking statements draw the selection's fence when it
@@ -10,31 +10,46 @@ it. Two rules keep them from deadlocking with each other, with spends and with r
   take over, or one committed after its snapshot) waits for that row, and an unlock or release
   deletes several rows; both go through them in ascending token id.
 
-Statements are composed from the fragments below with ``str.format`` only, once, at import
-(see ``locks.sql``). Parameters are typed in the SQL, so one prepared statement serves every
-call.
+A locking statement reads top to bottom as the CTEs ``LockStatement.fragments`` lists: its
+commit mode and fence, the rate limits it takes (metered), the tx id's gate (recording), which
+tokens it tries (``locks.sql.batches``: given ids, or a fetch's batch and its covering prefix),
+the token rows it row-locks (``wanted``), the lock rows it inserts (``granted``), the selection
+row it writes (recording), then one result row. What a call varies within a statement is a
+parameter (the commit mode, the strategy named on the row, whether the fetch answers its spare
+rows); what changes the plan is a variant. Parameters are typed in the SQL, so one prepared
+statement serves every call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from clients.sql import ADMITTED, METERED, RESULT_METERED
-from common.sql import ASYNC_COMMIT
 from locks.sql import batches
+from locks.sql.batches import UNSPENT_OF_KEY
 from sherdlock.strategies import MAX_EXAMINED
 
-# -- fragments ----------------------------------------------------------------------------
+# -- the start of every statement: commit mode and fence -------------------------------------
+
+# The statement's commit: %(synchronous_commit)s 'off' makes it return before its WAL reaches
+# the disk, for lease grants and releases that a crash may forget without harm (their holders
+# then see lease_lost, as if the lease had run out; see common.sql.ASYNC_COMMIT); NULL leaves
+# the session's mode alone (durable leases, or a caller's transaction that may hold a spend).
+# set_config(..., true) lasts until the end of the transaction. A CTE nobody reads is never run:
+# the fence reads it.
+COMMIT_MODE = """
+commit_mode AS MATERIALIZED (
+    SELECT set_config('synchronous_commit',
+                      coalesce(%(synchronous_commit)s::text, current_setting('synchronous_commit')),
+                      true) AS mode
+),"""
 
 # The selection's fence: the claim's own, or a new one from the sequence (strictly increasing
 # across every replica). MATERIALIZED makes nextval run exactly once.
 FENCE = """
 fence AS MATERIALIZED (
-    SELECT coalesce(%(fence)s::bigint, nextval('locks_fence_seq')) AS value{after}
+    SELECT coalesce(%(fence)s::bigint, nextval('locks_fence_seq')) AS value FROM commit_mode
 ),"""
-# A CTE nobody reads is never run: the commit mode is set by joining it into one that is.
-AFTER_COMMIT_MODE = " FROM commit_mode"
 
 # Recording statements lock nothing for a transaction id that is already in use in the
 # client's namespace: one that has a selection or names tokens (a spend's outputs are tokens
@@ -49,26 +64,7 @@ gate AS MATERIALIZED (
 ),"""
 OPEN = "(SELECT open FROM gate)"
 
-# A token is free when no live lock row names it. Evaluated against the statement's snapshot: a
-# lock committed after it is caught by ON CONFLICT in the insert. The lock row is looked up by
-# its key (token, wallet), once per candidate; the wallet prunes the lock table to the claim's
-# partition. The check is written so that this probe is the only plan it can get:
-# - OFFSET 0 keeps it a per-row subplan (the planner does not turn a NOT EXISTS with an OFFSET
-#   into an anti-join, whose plan would hang on the lock table's size as last analysed);
-# - the lease test is an IS TRUE, which no index can answer. As an index condition, expires_at >
-#   now() is costed from statistics that never see the live rows: expires_at only grows, so
-#   between two analyses almost no row looks live, and the expiry index then looks cheaper than
-#   the key. Each probe would read every live lock of every wallet, a cost that grows with the
-#   table: a backlog of expired rows left by crashed spenders would slow every lock statement
-#   within seconds (tests/integration/test_plans.py keeps the probe on the key).
-FREE = """NOT EXISTS (
-          SELECT FROM locks_tokenlock l
-          WHERE l.token_id = t.id AND l.wallet = %(wallet)s::text
-            AND (l.expires_at > now()) IS TRUE
-          OFFSET 0)"""
-
-UNSPENT_OF_KEY = """t.wallet = %(wallet)s::text AND t.currency = %(currency)s::text
-      AND t.spent_at IS NULL"""
+# -- locking what was chosen: wanted, granted, won --------------------------------------------
 
 # Take the chosen token rows FOR UPDATE SKIP LOCKED, re-checking under the row lock that they
 # are still unspent (READ COMMITTED re-reads a row a spend changed meanwhile), so a spend that
@@ -81,7 +77,15 @@ wanted AS (
     WHERE t.id IN (SELECT id FROM chosen) AND {unspent_of_key}
     ORDER BY t.id
     FOR UPDATE OF t SKIP LOCKED
-),"""
+),""".format(unspent_of_key=UNSPENT_OF_KEY)
+# The same for tokens locks_take_tokens took (batches.TAKEN_AS_OF_NOW): row-locked already, and
+# found unspent under that lock.
+TAKEN_WANTED = """
+wanted AS (
+    SELECT t.id, t.quantity, t.tx_id, t."index"
+    FROM tokens_token t
+    WHERE t.id IN (SELECT id FROM chosen) AND {unspent_of_key}
+),""".format(unspent_of_key=UNSPENT_OF_KEY)
 
 # Insert the locks in token-id order (see the module docstring). An existing lock is taken over
 # only if its lease has run out; a live one is left alone and its token is not granted.
@@ -105,11 +109,14 @@ won AS MATERIALIZED (
     FROM granted g JOIN wanted w ON w.id = g.token_id
 ),"""
 
+# -- recording: the tx id's claim and the selection row --------------------------------------
+
 # The selection row, written by the call that completes the selection (its earlier calls'
 # tokens come in as held_*), so no lock outlives its owner's record: a process that dies after
 # this statement leaves a selection its client can spend, release or retry. Stamped with the
 # clock when it is written, after its locks were taken: now() is when the statement began,
-# which may be before the previous holder let go (planning runs between the two).
+# which may be before the previous holder let go (planning runs between the two). It names the
+# selection's strategy (%(strategy)s, 'random' by default).
 # The transaction id's claim (tokens.TxClaim) is written first, by the same condition, and the
 # row only if the claim was: a concurrent request of the same id, of this wallet or any other,
 # that claimed it first (its claim waited for here, then found) leaves this one unrecorded.
@@ -124,13 +131,13 @@ claimed AS (
 ),
 recorded AS (
     INSERT INTO locks_selection (namespace, tx_id, wallet, currency, quantity, total, fence,
-                                 token_ids, output_ids, status, created_at, expires_at{named_col})
+                                 token_ids, output_ids, status, created_at, expires_at, strategy)
     SELECT %(namespace)s::text, %(tx_id)s::text, %(wallet)s::text, %(currency)s::text,
            %(quantity)s::numeric,
            %(held_total)s::numeric + coalesce(sum(w.quantity), 0), (SELECT value FROM fence),
            %(held_ids)s::bigint[] || coalesce(array_agg(w.id ORDER BY w.id), ARRAY[]::bigint[]),
            ARRAY[]::bigint[], 'locked', clock_timestamp(),
-           least(min(w.expires_at), %(held_expiry)s::timestamptz){named_value}
+           least(min(w.expires_at), %(held_expiry)s::timestamptz), %(strategy)s::text
     FROM won w
     HAVING %(held_total)s::numeric + coalesce(sum(w.quantity), 0) >= %(quantity)s::numeric
        AND EXISTS (SELECT FROM claimed)
@@ -138,105 +145,20 @@ recorded AS (
     RETURNING id, created_at, expires_at
 ),"""
 
-# What the statement returns: one row. Granted tokens (with their identity, for responses),
-# whether the gate was open and what was recorded; the fetch adds its own columns first.
+# -- the result row ---------------------------------------------------------------------------
+
+# One row: the fence and what was granted, then what a fetch adds, then what a recording
+# statement adds (or its defaults), then the rate limits' verdict (metered).
 RESULT = """
 SELECT (SELECT value FROM fence) AS fence,
-       g.ids AS granted_ids, g.quantities AS granted_quantities, g.expires_at,
-       {fetched}{outcome}"""
-# What the result row is read from: what was granted, in one pass (and a fetch's spare rows).
-RESULT_FROM = """
-FROM (SELECT array_agg(id ORDER BY id) AS ids, array_agg(quantity ORDER BY id) AS quantities,
-             min(expires_at) AS expires_at
-      FROM won) g{spare}"""
-SPARE = """,
-     (SELECT array_agg(id ORDER BY id) AS ids, array_agg(quantity ORDER BY id) AS quantities
-      FROM candidates WHERE id NOT IN (SELECT id FROM {looked})) s"""
-RESULT_PLAIN = "true AS open, NULL::bigint AS recorded_id, NULL AS recorded_at, NULL AS tokens"
-RESULT_RECORDED = """{open} AS open,
-       (SELECT id FROM recorded) AS recorded_id,
-       (SELECT created_at FROM recorded) AS recorded_at,
-       CASE WHEN EXISTS (SELECT FROM recorded) THEN (
-           SELECT json_agg(json_build_array(x.id, x.tx_id, x."index", x.quantity) ORDER BY x.id)
-           FROM (SELECT id, tx_id, "index", quantity FROM won
-                 UNION ALL
-                 SELECT id, tx_id, "index", quantity FROM tokens_token
-                 WHERE id = ANY(%(held_ids)s::bigint[]) AND wallet = %(wallet)s::text) x)
-       END AS tokens"""
-
-# -- try-lock: the cached candidates ------------------------------------------------------
-
-# Lock a batch of cached candidates in one round trip; grant only those still unspent, not
-# live-locked and of the claim's wallet and currency (a cache can be stale, never wrong).
-TRY_LOCK_CHOICE = """
-chosen AS (
-    SELECT t.id FROM tokens_token t
-    WHERE t.id = ANY(%(token_ids)s::bigint[]) AND {unspent_of_key}
-      AND {free}{gated}
-),"""
-
-# -- fetch-and-lock: a random batch of the wallet ----------------------------------------
-
-# Read up to %(limit)s free tokens of one wallet/currency and lock a random prefix of them that
-# covers %(need)s, in one round trip.
-# - A random pivot in the wallet's id range, then a walk of the partial index from there (and a
-#   wrap-around walk below it, evaluated only if the first did not fill the batch), gives every
-#   replica a different starting point without sorting the whole wallet.
-# - The batch is read without row locks: only the prefix that will be inserted is row-locked
-#   (WANTED), so a fetch writes no more tuples than it locks.
-# - If the batch cannot cover the need, nothing is locked. A batch that held every free token
-#   of the wallet (fewer rows than the limit) means the free tokens are short: the wallet's
-#   unspent total is returned so the caller can tell insufficient funds from funds held by
-#   others (read only then: a CASE evaluates its subqueries lazily). Otherwise the batch is
-#   short, not the wallet (`free` NULL, `short_batch`): the caller fetches the wallet's largest
-#   free tokens next (a fetch in descending order), so it locks a few large tokens rather than
-#   a batch of small ones and then another.
-# - A fetch in quantity order reads at most MAX_EXAMINED of the largest free tokens to tell
-#   whether they cover the need (locks.sql.batches, FREE_UP_TO_NEED); when they cannot and the
-#   wallet has more, `free` is TOO_MANY and nothing else is read (no unspent total either).
-FETCH_CHOICE = """
-pivot AS MATERIALIZED (
-    SELECT lo + floor(random() * (hi - lo + 1))::bigint AS p
-    FROM (SELECT min(t.id) AS lo, max(t.id) AS hi FROM tokens_token t
-          WHERE {unspent_of_key}) bounds
-),
-upper_part AS (
-    SELECT t.id, t.quantity FROM tokens_token t
-    WHERE {unspent_of_key} AND t.id >= (SELECT p FROM pivot) AND {free}
-    ORDER BY t.id
-    LIMIT %(limit)s::int
-),
-lower_part AS (
-    SELECT t.id, t.quantity FROM tokens_token t
-    WHERE {unspent_of_key} AND t.id < (SELECT p FROM pivot) AND {free}
-    ORDER BY t.id
-    LIMIT %(limit)s::int
-),
-candidates AS MATERIALIZED (
-    SELECT id, quantity, random() AS rnd
-    FROM ((SELECT id, quantity FROM upper_part) UNION ALL (SELECT id, quantity FROM lower_part)
-          LIMIT %(limit)s::int) batch
-),
-seen AS MATERIALIZED (
-    SELECT count(*) AS rows, coalesce(sum(quantity), 0) AS total FROM candidates
-),
-reach AS MATERIALIZED (
-    SELECT CASE
-        WHEN s.total >= %(need)s::numeric OR s.rows < %(limit)s::int THEN s.total
-        ELSE {beyond_batch}
-    END AS free
-    FROM seen s
-),
-chosen AS MATERIALIZED (
-    SELECT c.id
-    FROM (SELECT id, quantity,
-                 sum(quantity) OVER (ORDER BY rnd, id ROWS UNBOUNDED PRECEDING) AS running
-          FROM candidates) c
-    WHERE c.running - c.quantity < %(need)s::numeric
-      AND (SELECT free FROM reach) >= %(need)s::numeric{gated}
-),"""
-
-FETCH_EXTRA = """(SELECT count(*) FROM chosen) AS attempted,
+       g.ids AS granted_ids, g.quantities AS granted_quantities, g.expires_at"""
+# What a fetch adds: what it tried, what its batch says of the wallet (short batch, exhausted,
+# free), the shortfall's unspent total, and its spare rows.
+# The unspent total a shortfall reports, as SUPPLY reads it: [sum, count] of the wallet's largest
+# MAX_EXAMINED + 1 unspent tokens (a count past MAX_EXAMINED: Supply.complete is false), read
+# only when the free tokens are short (a CASE evaluates its subqueries lazily).
+FETCHED = """,
+       (SELECT count(*) FROM chosen) AS attempted,
        (SELECT free FROM reach) IS NULL AS short_batch,
        (SELECT rows FROM seen) < %(limit)s::int AS exhausted,
        (SELECT free FROM reach) AS free,
@@ -247,152 +169,128 @@ FETCH_EXTRA = """(SELECT count(*) FROM chosen) AS attempted,
                  ORDER BY t.quantity DESC, t.id DESC
                  LIMIT {examined} + 1) x)
        END AS unspent,
-       {spare_columns},
-       """
-SPARE_COLUMNS = "s.ids AS spare_ids, s.quantities AS spare_quantities"
-# The unspent total a shortfall reports, as SUPPLY reads it: [sum, count] of the wallet's largest
-# MAX_EXAMINED + 1 unspent tokens (a count past MAX_EXAMINED: Supply.complete is false).
-# A fetch whose caller keeps no queue of the wallet (Claim.spare) reads no spare.
-NO_SPARE_COLUMNS = "NULL::bigint[] AS spare_ids, NULL::numeric[] AS spare_quantities"
+       s.ids AS spare_ids, s.quantities AS spare_quantities""".format(
+    unspent_of_key=UNSPENT_OF_KEY, examined=MAX_EXAMINED
+)
+NOT_RECORDED = """,
+       true AS open, NULL::bigint AS recorded_id, NULL AS recorded_at, NULL AS tokens"""
+RECORDED_RESULT = """,
+       {open} AS open,
+       (SELECT id FROM recorded) AS recorded_id,
+       (SELECT created_at FROM recorded) AS recorded_at,
+       CASE WHEN EXISTS (SELECT FROM recorded) THEN (
+           SELECT json_agg(json_build_array(x.id, x.tx_id, x."index", x.quantity) ORDER BY x.id)
+           FROM (SELECT id, tx_id, "index", quantity FROM won
+                 UNION ALL
+                 SELECT id, tx_id, "index", quantity FROM tokens_token
+                 WHERE id = ANY(%(held_ids)s::bigint[]) AND wallet = %(wallet)s::text) x)
+       END AS tokens""".format(open=OPEN)
+# What the row is read from: what was granted, in one pass, and for a fetch the rows it read and
+# neither locked nor passed over, when its caller keeps them (%(spare)s: a replica keeps no
+# queue of a contested wallet, sherdlock.types.Claim.spare).
+FROM_GRANTED = """
+FROM (SELECT array_agg(id ORDER BY id) AS ids, array_agg(quantity ORDER BY id) AS quantities,
+             min(expires_at) AS expires_at
+      FROM won) g"""
+FROM_SPARE = """,
+     (SELECT array_agg(id ORDER BY id) AS ids, array_agg(quantity ORDER BY id) AS quantities
+      FROM candidates
+      WHERE %(spare)s::boolean AND id NOT IN (SELECT id FROM {tried})) s"""
 
+# -- the variants -----------------------------------------------------------------------------
 
-# -- strategies: fetches in quantity order, windows, the strategy on the selection row -------
-
-# A fetch in quantity order (locks.sql.batches), then the random fetch's later parts as they are.
-FETCH_ORDERED_CHOICE = batches.ORDERED_BATCH + FETCH_CHOICE[FETCH_CHOICE.index("\nseen AS") :]
-
-# A contested wallet's fetch: its batch taken as of now, a covering run at a time
-# (locks.sql.batches).
-FRESH_CHOICES = {
-    ordered: choice[: choice.index("\nchosen AS")] + batches.FRESH_CHOSEN
-    for ordered, choice in ((False, FETCH_CHOICE), (True, FETCH_ORDERED_CHOICE))
-}
-
-# The window of a choosing strategy (exact, consolidate): locks.sql.batches, WINDOW.
-CANDIDATES = batches.WINDOW.format(unspent_of_key=UNSPENT_OF_KEY, free=FREE)
-
-# The selection row of a selection made by a strategy other than the default names it (the
-# default's leaves the column to its default, 'random').
-RECORDED_STRATEGY = {"named_col": ", strategy", "named_value": ", %(strategy)s::text"}
-RECORDED_DEFAULT = {"named_col": "", "named_value": ""}
+CHOICES = ("given", "random", "ascending", "descending")
 
 
 @dataclass(frozen=True)
 class LockStatement:
-    """Which variant of a locking statement: its source, and what else it does."""
+    """Which locking statement: the tokens it tries, how it takes them, what else it does."""
 
-    fetch: bool  # fetch-and-lock (a random batch of the wallet) or try-lock (given ids)
-    record: bool  # gate on the tx id and write the selection row when complete
-    durable: bool  # commit synchronously
-    order: str = "random"  # fetch: random, or by quantity (ascending, descending)
-    strategy: bool = False  # record: name the strategy on the selection row
+    choice: str  # given (try-lock of named ids), or a fetch: random, ascending, descending
+    contested: bool = False  # fetch: take tokens as of now, a covering run at a time
+    record: bool = False  # gate on the tx id and write the selection row when complete
     metered: bool = False  # take the request's rate-limit units, lock nothing if refused
-    fresh: bool = False  # fetch: take tokens as of now, a covering run at a time (contested)
-    spare: bool = True  # fetch: answer the rows it read and did not lock (off: fresh only)
+
+    def __post_init__(self) -> None:
+        if self.choice not in CHOICES:
+            raise ValueError(f"unknown choice {self.choice!r}")
+        if self.contested and not self.fetch:
+            raise ValueError("only a fetch takes tokens as of now")
+
+    @property
+    def fetch(self) -> bool:
+        return self.choice != "given"
+
+    def __str__(self) -> str:
+        flags = ("contested", "record", "metered")
+        return "-".join([self.choice, *(flag for flag in flags if getattr(self, flag))])
+
+    def fragments(self) -> list[str]:
+        """Return the statement's CTEs, in order, each ending in a comma."""
+        gates = ([OPEN] if self.record else []) + ([ADMITTED] if self.metered else [])
+        gated = "".join(f"\n      AND {gate}" for gate in gates)
+        ctes = [COMMIT_MODE, FENCE]
+        ctes += [METERED] if self.metered else []
+        ctes += [GATE] if self.record else []
+        if self.choice == "given":
+            ctes += [batches.GIVEN.format(gated=gated)]
+        elif self.choice == "random":
+            ctes += [batches.RANDOM_BATCH, batches.RANDOM_REACH]
+        else:
+            ctes += [batches.ORDERED_BATCH[self.choice], batches.ORDERED_REACH]
+        if self.fetch:
+            take = batches.TAKEN_AS_OF_NOW if self.contested else batches.PREFIX
+            ctes += [take.format(gated=gated)]
+        ctes += [TAKEN_WANTED if self.contested else WANTED, GRANTED]
+        ctes += [RECORDED] if self.record else []
+        return ctes
+
+    def result(self) -> str:
+        """Return the statement's result row and what it is read from."""
+        columns = RESULT + (FETCHED if self.fetch else "")
+        columns += RECORDED_RESULT if self.record else NOT_RECORDED
+        columns += RESULT_METERED if self.metered else ""
+        spare = FROM_SPARE.format(tried="looked" if self.contested else "chosen")
+        return columns + FROM_GRANTED + (spare if self.fetch else "")
+
+    def sql(self) -> str:
+        """Return the statement: its CTEs, the last one's comma dropped, then its result row."""
+        return "WITH" + "".join(self.fragments()).rstrip(",") + "\n" + self.result()
 
 
-# A locking statement: its CTEs in this order (a variant leaves out the ones it does without),
-# the last one's comma dropped, then the result row.
-LOCK = "WITH{ctes}\n{result}"
-LOCK_CTES = "{commit_mode}{fence}{meter}{gate}{choice}{wanted}{granted}{recorded}"
+VARIANTS = tuple(
+    LockStatement(choice, contested, record, metered)
+    for choice in CHOICES
+    for contested in ((False, True) if choice != "given" else (False,))
+    for record in (False, True)
+    for metered in (False, True)
+)
+LOCK_STATEMENTS: dict[LockStatement, str] = {variant: variant.sql() for variant in VARIANTS}
 
+# The window of a choosing strategy (exact, consolidate): batches.WINDOW.
+CANDIDATES = batches.WINDOW
 
-def _choice(variant: LockStatement) -> str:
-    if not variant.fetch:
-        return TRY_LOCK_CHOICE
-    ordered = variant.order != "random"
-    if variant.fresh:
-        return FRESH_CHOICES[ordered]
-    return FETCH_ORDERED_CHOICE if ordered else FETCH_CHOICE
-
-
-def _compose(variant: LockStatement) -> str:
-    """Assemble one locking statement from the fragments."""
-    gates = ([OPEN] if variant.record else []) + ([ADMITTED] if variant.metered else [])
-    gated = "".join(f"\n      AND {gate}" for gate in gates)
-    fill = {"unspent_of_key": UNSPENT_OF_KEY, "free": FREE, "gated": gated, "open": OPEN}
-    ctes = LOCK_CTES.format(
-        commit_mode="" if variant.durable else ASYNC_COMMIT,
-        fence=FENCE.format(after="" if variant.durable else AFTER_COMMIT_MODE),
-        meter=METERED if variant.metered else "",
-        gate=GATE if variant.record else "",
-        choice=_choice(variant).format(
-            **fill,
-            direction=batches.DIRECTIONS.get(variant.order, ""),
-            beyond_batch=batches.SHORT_BATCH
-            if variant.order == "random"
-            else batches.FREE_UP_TO_NEED.format(**fill),
-        ),
-        wanted=(batches.FRESH_WANTED if variant.fresh else WANTED).format(**fill),
-        granted=GRANTED,
-        recorded=RECORDED.format(**(RECORDED_STRATEGY if variant.strategy else RECORDED_DEFAULT))
-        if variant.record
-        else "",
-    )
-    result = RESULT.format(
-        fetched=FETCH_EXTRA.format(
-            **fill,
-            examined=MAX_EXAMINED,
-            spare_columns=SPARE_COLUMNS if variant.spare else NO_SPARE_COLUMNS,
-        )
-        if variant.fetch
-        else "",
-        outcome=RESULT_RECORDED.format(**fill) if variant.record else RESULT_PLAIN,
-    ) + (RESULT_METERED if variant.metered else "")
-    spare = SPARE.format(looked="looked" if variant.fresh else "chosen")
-    result += RESULT_FROM.format(spare=spare if variant.fetch and variant.spare else "")
-    return LOCK.format(ctes=ctes.rstrip(","), result=result)
-
-
-def _variants() -> Iterator[LockStatement]:
-    for fetch in (False, True):
-        for record in (False, True):
-            for durable in (False, True):
-                # Metered: the first statement of a rate-limited request (clients.throttling).
-                for metered in (False, True):
-                    # The strategies' variants: fetches in quantity order, rows naming them.
-                    for order in ("random", "ascending", "descending") if fetch else ("random",):
-                        for strategy in (False, True) if record else (False,):
-                            variant = LockStatement(
-                                fetch, record, durable, order, strategy, metered
-                            )
-                            yield variant
-                            if fetch:
-                                # A contested wallet's fetch, and the same without the spare
-                                # rows its replica would not keep.
-                                contested = replace(variant, fresh=True)
-                                yield contested
-                                yield replace(contested, spare=False)
-
-
-LOCK_STATEMENTS: dict[LockStatement, str] = {v: _compose(v) for v in _variants()}
-
-# Remove this selection's lock rows (all, or the given tokens). The fence keeps a stale holder
-# from deleting locks that were re-granted to a newer selection under the same tx id. The rows
-# are row-locked in token-id order first (see the module docstring): a plain DELETE would take
-# them in physical order and could deadlock with an insert waiting on one of them. Given the
-# selection's wallet (the selector always knows it), only its partition is read.
+# Remove this selection's lock rows: all of them, or those of %(token_ids)s when not NULL. The
+# fence keeps a stale holder from deleting locks that were re-granted to a newer selection under
+# the same tx id. The rows are row-locked in token-id order first (see the module docstring): a
+# plain DELETE would take them in physical order and could deadlock with an insert waiting on
+# one of them. Given the selection's wallet (the selector always knows it), only its partition
+# is read. Its commit is a lease grant's (COMMIT_MODE).
 UNLOCK = """
-WITH{commit}
+WITH{commit_mode}
 doomed AS (
-    SELECT token_id FROM locks_tokenlock{after}
-    WHERE spender_tx_id = %(tx_id)s::text AND fence = %(fence)s::bigint{only}{of_wallet}
+    SELECT token_id FROM locks_tokenlock, commit_mode
+    WHERE spender_tx_id = %(tx_id)s::text AND fence = %(fence)s::bigint
+      AND (%(token_ids)s::bigint[] IS NULL OR token_id = ANY(%(token_ids)s::bigint[])){of_wallet}
     ORDER BY token_id
     FOR UPDATE OF locks_tokenlock
 )
 DELETE FROM locks_tokenlock WHERE token_id IN (SELECT token_id FROM doomed){of_wallet}
 """
-ONLY = "\n      AND token_id = ANY(%(token_ids)s::bigint[])"
-OF_WALLET = " AND wallet = %(wallet)s::text"
-UNLOCK_STATEMENTS: dict[tuple[bool, bool, bool], str] = {
-    (some, durable, by_wallet): UNLOCK.format(
-        commit="" if durable else ASYNC_COMMIT,
-        after="" if durable else ", commit_mode",
-        only=ONLY if some else "",
-        of_wallet=OF_WALLET if by_wallet else "",
-    )
-    for some in (False, True)
-    for durable in (False, True)
+OF_WALLET = "\n      AND wallet = %(wallet)s::text"
+# By whether the wallet is given.
+UNLOCK_STATEMENTS: dict[bool, str] = {
+    by_wallet: UNLOCK.format(commit_mode=COMMIT_MODE, of_wallet=OF_WALLET if by_wallet else "")
     for by_wallet in (False, True)
 }
 

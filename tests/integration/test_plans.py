@@ -32,6 +32,9 @@ CALL = {
     "limit": 16,
     "need": 5,
     "lease": 60.0,
+    "synchronous_commit": None,
+    "spare": True,
+    "strategy": "random",
     "quantity": 5,
     "held_total": 0,
     "held_ids": [],
@@ -114,7 +117,7 @@ def test_the_tx_id_gate_looks_the_claim_up_by_key_under_a_generic_plan(fetch):
         )
         cursor.execute("ANALYZE tokens_txclaim")
     statement = locking.LOCK_STATEMENTS[
-        locking.LockStatement(fetch=fetch, record=True, durable=True)
+        locking.LockStatement("random" if fetch else "given", record=True)
     ]
     plan = generic_plan(statement)
     by_tx_id = [
@@ -143,13 +146,13 @@ FROM tokens_token WHERE wallet = %s ORDER BY id LIMIT %s
 
 
 STATEMENTS = {
-    "fetch-and-lock": locking.LOCK_STATEMENTS[locking.LockStatement(True, False, True)],
-    "try-lock": locking.LOCK_STATEMENTS[locking.LockStatement(False, False, True)],
+    "fetch-and-lock": locking.LOCK_STATEMENTS[locking.LockStatement("random")],
+    "try-lock": locking.LOCK_STATEMENTS[locking.LockStatement("given")],
     "spend": lifecycle.SPEND,
     "extend": lifecycle.EXTEND_STATEMENTS[True],
     "read": lifecycle.READ,
     "release": lifecycle.RELEASE_STATEMENTS[False],
-    "unlock": locking.UNLOCK_STATEMENTS[(False, False, True)],
+    "unlock": locking.UNLOCK_STATEMENTS[True],
 }
 
 
@@ -219,7 +222,7 @@ def test_a_burst_after_a_quiet_spell_is_planned_again_to_read_by_key(name):
 ORDERED = {
     **{
         f"{order}{'-contested' if fresh else ''}": locking.LOCK_STATEMENTS[
-            locking.LockStatement(True, False, True, order=order, fresh=fresh)
+            locking.LockStatement(order, contested=fresh)
         ]
         for order in ("ascending", "descending")
         for fresh in (False, True)
@@ -257,7 +260,7 @@ def test_fetches_in_quantity_order_walk_the_amount_index(name):
 
 def test_the_random_fetch_keeps_its_walk_from_a_random_point():
     wallets_of_many_amounts()
-    plan = generic_plan(locking.LOCK_STATEMENTS[locking.LockStatement(True, False, True)])
+    plan = generic_plan(locking.LOCK_STATEMENTS[locking.LockStatement("random")])
     # The amount index must not take over the random fetch's read in id order: both halves of
     # the walk (from the random pivot up, then from the start up to it) read an index by id,
     # bounded by the pivot. Which one is the planner's choice at this size. So is the index
@@ -294,9 +297,7 @@ def test_a_contested_fetch_reads_only_the_tokens_it_took(order):
     # function: planned for those, the read of what it took was a hash join over every unspent
     # token of the wallet.
     make_tokens(1000, wallet="alice", quantity=1)
-    plan = generic_plan(
-        locking.LOCK_STATEMENTS[locking.LockStatement(True, False, True, order=order, fresh=True)]
-    )
+    plan = generic_plan(locking.LOCK_STATEMENTS[locking.LockStatement(order, contested=True)])
     wanted = next(n for n in plan if n.get("Subplan Name") == "CTE wanted")
     assert token_reads(list(nodes(wanted))) == [("Index Scan", "tokens_token_pkey")]
 

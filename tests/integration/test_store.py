@@ -210,11 +210,9 @@ def _wait_until_blocked(observer: psycopg.Connection, pid: int, timeout: float =
     raise AssertionError("the statement never blocked: the interleaving was not forced")
 
 
-FETCH = locking.LOCK_STATEMENTS[locking.LockStatement(fetch=True, record=False, durable=True)]
-FRESH_FETCH = locking.LOCK_STATEMENTS[
-    locking.LockStatement(fetch=True, record=False, durable=True, fresh=True)
-]
-TRY_LOCK = locking.LOCK_STATEMENTS[locking.LockStatement(fetch=False, record=False, durable=True)]
+FETCH = locking.LOCK_STATEMENTS[locking.LockStatement("random")]
+FRESH_FETCH = locking.LOCK_STATEMENTS[locking.LockStatement("random", contested=True)]
+TRY_LOCK = locking.LOCK_STATEMENTS[locking.LockStatement("given")]
 
 # A stand-in for random() that waits at a gate: FETCH_AND_LOCK calls random() for its pivot
 # while executing, i.e. after the statement's snapshot is taken and before the candidate scan.
@@ -256,6 +254,8 @@ def gated_fetch(db_url, statement: str, locked_meanwhile: int, need: int = 10) -
                         "need": need,
                         "limit": 8,
                         "lease": 30.0,
+                        "synchronous_commit": None,
+                        "spare": True,
                     },
                 ).fetchone()
             except Exception as exc:  # surfaced by the assertion below
@@ -273,6 +273,7 @@ def gated_fetch(db_url, statement: str, locked_meanwhile: int, need: int = 10) -
                 "lease": 30.0,
                 "wallet": "alice",
                 "currency": "USD",
+                "synchronous_commit": None,
             },
         ).fetchone()
         assert granted[1] == [locked_meanwhile]

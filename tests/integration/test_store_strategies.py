@@ -79,9 +79,14 @@ def test_the_completing_statement_names_the_strategy(store, tokens):
     assert Selection.objects.get(tx_id="tx").strategy == "smallest_first"
 
 
-def test_the_default_statements_do_not_name_a_strategy():
+def test_a_recording_statement_names_the_strategy_it_is_given(store, tokens):
+    claim = Claim("tx-default", KEY, 3, None, record=True)
+    assert store.fetch_and_lock(claim, 64).record is not None
+    assert Selection.objects.get(tx_id="tx-default").strategy == "random"
+
+
+def test_only_the_fetches_in_quantity_order_read_an_ordered_batch():
     for variant, text in locking.LOCK_STATEMENTS.items():
-        named = "strategy" in text
-        assert named == variant.strategy, variant
+        assert ("%(strategy)s" in text) == variant.record, variant
         ordered_batch = "OVER (ORDER BY quantity" in text
-        assert ordered_batch == (variant.order != "random"), variant
+        assert ordered_batch == (variant.choice in ("ascending", "descending")), variant

@@ -72,6 +72,8 @@ FETCH = {
     "wallet": "alice",
     "currency": "USD",
     "lease": 60.0,
+    "synchronous_commit": None,
+    "spare": True,
 }
 
 
@@ -84,7 +86,7 @@ def test_an_over_ask_in_quantity_order_reads_at_most_the_bound(order, quantities
     else:
         for quantity in range(1, WALLET // 100 + 1):
             make_tokens(100, quantity=quantity)
-    statement = locking.LOCK_STATEMENTS[locking.LockStatement(True, False, True, order=order)]
+    statement = locking.LOCK_STATEMENTS[locking.LockStatement(order)]
     need = 10**12  # far more than the wallet holds
     plan = run_analysed(statement, {**FETCH, "limit": 64, "need": need})
     # The batch, then at most MAX_EXAMINED + 1 of the largest: a bound, not the wallet.
@@ -218,7 +220,7 @@ def test_a_shortfall_counts_at_most_the_bound_of_unspent_tokens():
     make_tokens(WALLET, quantity=10)
     with connection.cursor() as cursor:
         cursor.execute(PLANT_LOCKS, ["alice", WALLET - 200])
-    statement = locking.LOCK_STATEMENTS[locking.LockStatement(True, False, True, "descending")]
+    statement = locking.LOCK_STATEMENTS[locking.LockStatement("descending")]
     plan = run_analysed(statement, {**FETCH, "limit": 64, "need": 10**12})
     # The batch and the walk pass the held tokens by; the total reads no more than the bound.
     assert rows_read(plan, "tokens_token") <= 64 + WALLET + MAX_EXAMINED + 1
