@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from django.db import connection
 
+from common import db
 from locks.sql import waiting as waiting_sql
 from sherdlock import Candidate, WalletKey
 
@@ -26,24 +26,24 @@ SPEND = """
 WITH held AS (
     SELECT t.id
     FROM tokens_token t JOIN locks_tokenlock l ON l.token_id = t.id
-    WHERE t.id = ANY(%(ids)s) AND t.spent_at IS NULL
-      AND l.spender_tx_id = %(tx_id)s AND l.fence = %(fence)s
+    WHERE t.id = ANY(%(ids)s::bigint[]) AND t.spent_at IS NULL
+      AND l.spender_tx_id = %(tx_id)s::text AND l.fence = %(fence)s::bigint
       AND (l.expires_at > now()) IS TRUE
     ORDER BY t.id
     FOR UPDATE OF t
 ),
 spent AS (
-    UPDATE tokens_token t SET spent_by = %(tx_id)s, spent_at = now()
+    UPDATE tokens_token t SET spent_by = %(tx_id)s::text, spent_at = now()
     FROM held
-    WHERE t.id = held.id AND (SELECT count(*) FROM held) = %(count)s
+    WHERE t.id = held.id AND (SELECT count(*) FROM held) = %(count)s::bigint
     RETURNING t.id
 ),
 outputs AS (
     INSERT INTO tokens_token (tx_id, "index", wallet, currency, quantity)
-    SELECT %(tx_id)s, o.n - 1, o.wallet, %(currency)s, o.quantity
+    SELECT %(tx_id)s::text, o.n - 1, o.wallet, %(currency)s::text, o.quantity
     FROM unnest(%(wallets)s::text[], %(quantities)s::numeric[])
          WITH ORDINALITY AS o(wallet, quantity, n)
-    WHERE (SELECT count(*) FROM spent) = %(count)s
+    WHERE (SELECT count(*) FROM spent) = %(count)s::bigint
     RETURNING id, wallet, quantity
 ),{wake}
 SELECT (SELECT count(*) FROM spent), o.ids, o.wallets, o.quantities, (SELECT count(*) FROM woken)
@@ -121,26 +121,29 @@ class Spent:
 
 
 def spend(picked: Picked, outputs: Sequence[tuple[str, int]]) -> Spent | None:
-    """Spend ``picked`` into ``outputs`` (wallet, quantity); None if a lock was lost."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            SPEND,
-            {
-                "ids": picked.token_ids,
-                "tx_id": picked.tx_id,
-                "fence": picked.fence,
-                "count": len(picked.tokens),
-                "currency": picked.key.currency,
-                "wallets": [wallet for wallet, _ in outputs],
-                "quantities": [quantity for _, quantity in outputs],
-            },
-        )
-        spent, ids, wallets, quantities, _ = cursor.fetchone()
+    """Spend ``picked`` into ``outputs`` (wallet, quantity); None if a lock was lost.
+
+    Prepared and typed (``common.db``), as the service runs its own statements: through a
+    Django cursor it would be parsed and planned afresh at every spend.
+    """
+    cursor = db.execute(
+        SPEND,
+        {
+            "ids": picked.token_ids,
+            "tx_id": picked.tx_id,
+            "fence": picked.fence,
+            "count": len(picked.tokens),
+            "currency": picked.key.currency,
+            "wallets": [wallet for wallet, _ in outputs],
+            "quantities": [quantity for _, quantity in outputs],
+        },
+    )
+    spent, ids, wallets, quantities, _ = db.one(cursor)
     if spent != len(picked.tokens):
         return None
     return Spent(
         [
-            (WalletKey(wallet, picked.key.currency), Candidate(token_id, int(quantity)))
+            (WalletKey(wallet, picked.key.currency), Candidate(int(token_id), int(quantity)))
             for token_id, wallet, quantity in zip(ids, wallets, quantities, strict=True)
         ]
     )
