@@ -120,8 +120,9 @@ class Token(models.Model):
             # per wallet here and across wallets by the transaction-id claim (TxClaim) that
             # every issue takes first. The claim does not make this key redundant: a spend
             # inserts its outputs under its selection's claim without looking for tokens of
-            # that identity, and an issue racing the selection's claim can leave some; this key
-            # is what refuses them (output_conflict) rather than storing a duplicate. Wallet
+            # that identity, and some can exist (a selection saved through the ORM takes over a
+            # claim of issued tokens: TxClaim.claim); this key is the one the database enforces,
+            # and what refuses such an output in its wallet (output_conflict). Wallet
             # last: lookups by identity alone use it too (an issue's check and its re-read of
             # what it stored, Token.save, the admin's search by tx_id:index, and a listing's
             # test of whether a spender's outputs are the caller's: with_spender_seen_by).
