@@ -91,7 +91,7 @@ class LockStateFilter(admin.SimpleListFilter):
         if self.value() == "expired":
             return queryset.filter(expires_at__lte=Now(), token__spent_at__isnull=True)
         if self.value() == "spent":
-            return queryset.filter(token__spent_by__isnull=False)
+            return queryset.filter(token__spent_at__isnull=False)
         return queryset
 
 

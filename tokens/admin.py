@@ -23,15 +23,8 @@ CURRENCIES_CACHE_SECONDS = 60
 
 
 def wallet_q(wallet: str, prefix: str = "") -> Q:
-    """Match tokens of ``wallet`` in a way the planner can serve from indexes.
-
-    Only unspent tokens have a wallet index (the selector's partial index); spent ones are
-    reached through the partial ``spent_by`` index. The two halves cover every token because
-    ``spent_by`` and ``spent_at`` are set together.
-    """
-    return Q(**{f"{prefix}wallet": wallet, f"{prefix}spent_at__isnull": True}) | Q(
-        **{f"{prefix}wallet": wallet, f"{prefix}spent_by__isnull": False}
-    )
+    """Match tokens of ``wallet``, spent or not: one read of the wallet index (token_by_wallet)."""
+    return Q(**{f"{prefix}wallet": wallet})
 
 
 @functools.lru_cache(maxsize=8)
@@ -121,6 +114,7 @@ class SpentFilter(admin.SimpleListFilter):
         if self.value() == "no":
             return queryset.filter(spent_at__isnull=True)
         if self.value() == "yes":
-            # spent_by, not spent_at: only spent_by has a partial index over spent tokens.
-            return queryset.filter(spent_by__isnull=False)
+            # No index of spent tokens alone: the list walks the primary key newest first, and
+            # spent tokens are most of the table in a service that spends (a spend's inputs stay).
+            return queryset.filter(spent_at__isnull=False)
         return queryset

@@ -101,14 +101,31 @@ class Token(models.Model):
     objects = TokenQuerySet.as_manager()
 
     # The table's primary key is (id, wallet) (migration tokens 0005): Django addresses rows by
-    # ``id`` alone, which the sequence keeps unique.
+    # ``id`` alone, which the sequence keeps unique. It serves every read of tokens by id (a
+    # selection's inputs and outputs, the locking statements' re-checks, the admin's pages) and
+    # listings of every wallet newest first.
+    #
+    # Every index below costs every spend: marking the inputs spent is not a HOT update (spent_at
+    # is in the partial indexes' predicates), so each index the spent row still belongs to gets
+    # an entry, and each output is a new row. An index earns its place by a read that would
+    # otherwise scan a wallet or the table. There is none on ``spent_by``: nothing looks tokens
+    # up by their spender (a selection's row records the ids of its inputs and outputs), and
+    # "spent tokens" filters read spent_at, newest first by the primary key or of one wallet by
+    # token_by_wallet.
 
     class Meta:
         constraints = [
             # The identity is (namespace, tx_id, index) across wallets; a unique key of a table
             # partitioned (or distributed) by wallet must name the wallet, so it is enforced
             # per wallet here and across wallets by the transaction-id claim (TxClaim) that
-            # every issue takes first. Wallet last: lookups by identity alone use it too.
+            # every issue takes first. The claim does not make this key redundant: a spend
+            # inserts its outputs under its selection's claim without looking for tokens of
+            # that identity, and some can exist (a selection saved through the ORM takes over a
+            # claim of issued tokens: TxClaim.claim); this key is the one the database enforces,
+            # and what refuses such an output in its wallet (output_conflict). Wallet
+            # last: lookups by identity alone use it too (an issue's check and its re-read of
+            # what it stored, Token.save, the admin's search by tx_id:index, and a listing's
+            # test of whether a spender's outputs are the caller's: with_spender_seen_by).
             models.UniqueConstraint(
                 fields=["namespace", "tx_id", "index", "wallet"], name="token_identity_unique"
             ),
@@ -145,12 +162,12 @@ class Token(models.Model):
                 condition=Q(spent_at__isnull=True),
                 name="token_unspent_by_amount",
             ),
-            # Serves a wallet's token listing (API cursor pages and admin search) in id order,
-            # spent tokens included, which the partial index above leaves out.
+            # Serves a wallet's token listing (API cursor pages, spent or not, and the admin's
+            # search by wallet) in id order, spent tokens included, which the partial indexes
+            # above leave out; the primary key leads with id, so without this index a page of
+            # one wallet walks the tokens of every wallet newer than it
+            # (tests/integration/api/test_listing_plans.py keeps the listings on it).
             models.Index(fields=["wallet", "id"], name="token_by_wallet"),
-            models.Index(
-                fields=["spent_by"], name="token_spent_by", condition=Q(spent_by__isnull=False)
-            ),
         ]
 
     def __str__(self) -> str:

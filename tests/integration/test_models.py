@@ -104,6 +104,20 @@ def test_partial_index_covers_the_candidate_query():
     assert definition.endswith("WHERE (spent_at IS NULL)")
 
 
+def test_the_token_table_has_only_the_indexes_its_readers_need():
+    """Each costs every spend; tokens.models.Token's Meta says what reads each one."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'tokens_token'")
+        names = {name for (name,) in cursor.fetchall()}
+    assert names == {
+        "tokens_token_pkey",
+        "token_unspent_by_wallet",
+        "token_unspent_by_amount",
+        "token_by_wallet",
+        "token_identity_unique",
+    }
+
+
 def test_a_selection_built_from_a_statement_row_is_the_row_the_orm_reads():
     from locks.services import select_tokens
 
