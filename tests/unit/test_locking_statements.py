@@ -1,0 +1,90 @@
+"""The locking statements read top to bottom: few variants, each a list of whole fragments.
+
+Every variant is rendered here; tests/integration/test_partition_pruning.py runs each one
+prepared, under a generic and a custom plan, and checks it touches one partition.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from locks.sql import batches, locking
+
+CTE = re.compile(r"^(\w+) AS (?:MATERIALIZED )?\(", re.MULTILINE)
+PARAMETER = re.compile(r"%\((\w+)\)s")
+
+
+def ctes(statement: str) -> list[str]:
+    return CTE.findall(statement)
+
+
+def test_every_choice_flag_and_mode_has_one_variant_and_no_more():
+    names = [str(variant) for variant in locking.VARIANTS]
+    assert len(names) == len(set(names)) == len(locking.LOCK_STATEMENTS) == 28
+    # Three fetches (random, ascending, descending), each contested or not, and the given ids,
+    # each recording or not and metered or not.
+    assert len([v for v in locking.VARIANTS if v.fetch]) == 3 * 2 * 2 * 2
+
+
+@pytest.mark.parametrize("variant", locking.VARIANTS, ids=str)
+def test_a_statement_is_its_fragments_in_order_each_read_after_it_is_made(variant):
+    statement = locking.LOCK_STATEMENTS[variant]
+    assert statement == variant.sql()
+    assert "{" not in statement and "}" not in statement  # every placeholder filled
+    names = ctes(statement)
+    assert len(names) == len(set(names)), names
+    # Each fragment appears whole, in the order LockStatement.fragments lists it.
+    position = 0
+    for fragment in variant.fragments():
+        found = statement.find(fragment.rstrip(","), position)
+        assert found >= position, fragment[:60]
+        position = found
+    # Every CTE is read by a later part of the statement: none is there for nothing. (The
+    # commit mode is read by the fence, the fence by the lock rows it stamps.)
+    for name in names:
+        later = statement[statement.index(f"\n{name} AS") + len(name) + 4 :]
+        assert re.search(rf"\b{name}\b", later), f"{variant}: {name} is never read"
+
+
+@pytest.mark.parametrize("variant", locking.VARIANTS, ids=str)
+def test_what_a_variant_does_shows_in_its_text(variant):
+    statement = locking.LOCK_STATEMENTS[variant]
+    names = ctes(statement)
+    assert names[:2] == ["commit_mode", "fence"]
+    assert ("asked" in names) == variant.metered
+    assert ("gate" in names and "recorded" in names) == variant.record
+    assert ("pivot" in names) == (variant.choice == "random")
+    assert ("locks_take_tokens" in statement) == variant.contested
+    # A contested take row-locks in the function; every other variant skips locked rows here.
+    assert ("FOR UPDATE OF t SKIP LOCKED" in statement) == (not variant.contested)
+    # The commit mode and (recording) the strategy are parameters, as is a fetch's spare.
+    parameters = set(PARAMETER.findall(statement))
+    assert "synchronous_commit" in parameters
+    assert ("strategy" in parameters) == variant.record
+    assert ("spare" in parameters) == variant.fetch
+
+
+def test_unknown_choices_and_contested_try_locks_are_refused():
+    with pytest.raises(ValueError, match="choice"):
+        locking.LockStatement("largest")
+    with pytest.raises(ValueError, match="fetch"):
+        locking.LockStatement("given", contested=True)
+
+
+def test_the_fragments_are_whole_statements_parts_not_cut_from_each_other():
+    # Each choice's fragments stand on their own: no fragment holds another's text.
+    fragments = [
+        batches.GIVEN,
+        batches.RANDOM_BATCH,
+        *batches.ORDERED_BATCH.values(),
+        batches.RANDOM_REACH,
+        batches.ORDERED_REACH,
+        batches.PREFIX,
+        batches.TAKEN_AS_OF_NOW,
+    ]
+    for one in fragments:
+        for other in fragments:
+            if one is not other:
+                assert one.strip(",\n") not in other
