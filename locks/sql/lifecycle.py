@@ -170,7 +170,7 @@ created AS (
 ),
 unlocked AS (
     DELETE FROM locks_tokenlock
-    WHERE wallet = (SELECT wallet FROM sel) AND token_id IN (SELECT token_id FROM held)
+    WHERE wallet = (SELECT wallet FROM sel) AND token_id = ANY(ARRAY(SELECT token_id FROM held))
       AND (SELECT value FROM verdict) = 'ok'
     RETURNING token_id
 ),
@@ -223,7 +223,7 @@ doomed AS (
 ),
 freed AS (
     DELETE FROM locks_tokenlock
-    WHERE wallet = (SELECT wallet FROM sel) AND token_id IN (SELECT token_id FROM doomed)
+    WHERE wallet = (SELECT wallet FROM sel) AND token_id = ANY(ARRAY(SELECT token_id FROM doomed))
     RETURNING token_id
 ),
 done AS (
@@ -253,7 +253,7 @@ renewed AS (
     SET expires_at = least(
         (SELECT at FROM lease) + %(seconds)s::float8 * interval '1 second',
         (SELECT created_at FROM sel) + %(max_lease)s::float8 * interval '1 second')
-    WHERE l.wallet = (SELECT wallet FROM sel) AND l.token_id IN (SELECT token_id FROM live)
+    WHERE l.wallet = (SELECT wallet FROM sel) AND l.token_id = ANY(ARRAY(SELECT token_id FROM live))
       AND (SELECT count(*) FROM live) = cardinality((SELECT token_ids FROM sel))
     RETURNING l.expires_at
 ),

@@ -216,6 +216,51 @@ def test_a_burst_after_a_quiet_spell_is_planned_again_to_read_by_key(name):
     assert after and all(map(by_key, after)), described(after)
 
 
+# Lock rows of many wallets, as a service in use has them.
+PLANT_ALL_LOCKS = """
+INSERT INTO locks_tokenlock (token_id, spender_tx_id, fence, created_at, expires_at,
+                             wallet, currency, quantity)
+SELECT id, 'held-' || id / 3, 1, now(), now() + interval '1 minute', wallet, currency, quantity
+FROM tokens_token
+"""
+
+
+def target_reads(plan: list[dict]) -> list[dict]:
+    """The scans that find the lock rows a statement deletes or renews (not its subqueries')."""
+    found: list[dict] = []
+
+    def walk(node: dict) -> None:
+        if node.get("Relation Name") == "locks_tokenlock" and "Scan" in node["Node Type"]:
+            found.append(node)
+        for child in node.get("Plans", ()):
+            if child.get("Parent Relationship") in ("Outer", "Inner", "Member"):
+                walk(child)
+
+    for node in plan:
+        if node["Node Type"] == "ModifyTable" and node.get("Relation Name") == "locks_tokenlock":
+            for child in node.get("Plans", ()):
+                if child.get("Parent Relationship") == "Outer":
+                    walk(child)
+    return found
+
+
+@pytest.mark.parametrize("name", ["unlock", "release", "spend", "extend"])
+def test_rows_found_once_are_found_again_by_key(name):
+    # The lock rows a statement deletes or renews were found by its first read, and are found
+    # again by key: the ids are a condition of the primary key's scan (`= ANY(ARRAY(...))`), not
+    # a join, which a plan may run as a walk of the key (token, wallet) by wallet alone, every
+    # lock row of the table at every call, for as long as the plan lives.
+    for n in range(800):
+        make_tokens(6, wallet=f"w{n}", quantity=1)
+    with connection.cursor() as cursor:
+        cursor.execute(PLANT_ALL_LOCKS)
+        cursor.execute("ANALYZE locks_tokenlock")
+        cursor.execute("ANALYZE tokens_token")
+    with prepared(STATEMENTS[name]) as plan:
+        reads = target_reads(plan())
+    assert reads and all(map(by_key, reads)), described(reads)
+
+
 # Every fetch in quantity order: the strategies' (ascending, descending), a random selection's
 # largest-first fetch after a short batch (descending), each also as a contested wallet's walk,
 # and the window of exact and consolidate.
