@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-
 from common import db
 from locks.sql import waiting as waiting_sql
 from sherdlock import Candidate, WalletKey
