@@ -119,25 +119,23 @@ class Spent:
     outputs: list[tuple[WalletKey, Candidate]]
 
 
-def spend(picked: Picked, outputs: Sequence[tuple[str, int]]) -> Spent | None:
-    """Spend ``picked`` into ``outputs`` (wallet, quantity); None if a lock was lost.
+def spend_params(picked: Picked, outputs: Sequence[tuple[str, int]]) -> dict[str, object]:
+    """Return the parameters of a one-statement spend of ``picked`` into ``outputs``."""
+    return {
+        "ids": picked.token_ids,
+        "tx_id": picked.tx_id,
+        "fence": picked.fence,
+        "count": len(picked.tokens),
+        "currency": picked.key.currency,
+        "wallets": [wallet for wallet, _ in outputs],
+        "quantities": [quantity for _, quantity in outputs],
+    }
 
-    Prepared and typed (``common.db``), as the service runs its own statements: through a
-    Django cursor it would be parsed and planned afresh at every spend.
-    """
-    cursor = db.execute(
-        SPEND,
-        {
-            "ids": picked.token_ids,
-            "tx_id": picked.tx_id,
-            "fence": picked.fence,
-            "count": len(picked.tokens),
-            "currency": picked.key.currency,
-            "wallets": [wallet for wallet, _ in outputs],
-            "quantities": [quantity for _, quantity in outputs],
-        },
-    )
-    spent, ids, wallets, quantities, _ = db.one(cursor)
+
+def spent_outputs(
+    picked: Picked, spent: int, ids: list, wallets: list, quantities: list
+) -> Spent | None:
+    """Return what a spend statement created, or None if it spent nothing (a lock was lost)."""
     if spent != len(picked.tokens):
         return None
     return Spent(
@@ -146,3 +144,13 @@ def spend(picked: Picked, outputs: Sequence[tuple[str, int]]) -> Spent | None:
             for token_id, wallet, quantity in zip(ids, wallets, quantities, strict=True)
         ]
     )
+
+
+def spend(picked: Picked, outputs: Sequence[tuple[str, int]]) -> Spent | None:
+    """Spend ``picked`` into ``outputs`` (wallet, quantity); None if a lock was lost.
+
+    Prepared and typed (``common.db``), as the service runs its own statements: through a
+    Django cursor it would be parsed and planned afresh at every spend.
+    """
+    spent, ids, wallets, quantities, _ = db.one(db.execute(SPEND, spend_params(picked, outputs)))
+    return spent_outputs(picked, spent, ids, wallets, quantities)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from bench.strategies.base import Picked, Spent
+from bench.strategies.base import Picked, Spent, spend_params, spent_outputs
 from bench.strategies.baseline import Baseline, Short
 from common import db
 from common.knobs import knobs
@@ -313,23 +313,5 @@ class Reference(Baseline):
 
     def spend(self, picked: Picked, outputs: Sequence[tuple[str, int]]) -> Spent | None:
         """Spend ``picked`` into ``outputs`` (wallet, quantity); None if its lease was lost."""
-        spent, ids, wallets, quantities = self.execute(
-            SPEND,
-            {
-                "ids": picked.token_ids,
-                "tx_id": picked.tx_id,
-                "fence": picked.fence,
-                "count": len(picked.tokens),
-                "currency": picked.key.currency,
-                "wallets": [wallet for wallet, _ in outputs],
-                "quantities": [quantity for _, quantity in outputs],
-            },
-        )[0]
-        if spent != len(picked.tokens):
-            return None
-        return Spent(
-            [
-                (WalletKey(wallet, picked.key.currency), Candidate(int(token_id), int(quantity)))
-                for token_id, wallet, quantity in zip(ids, wallets, quantities, strict=True)
-            ]
-        )
+        row = self.execute(SPEND, spend_params(picked, outputs))[0]
+        return spent_outputs(picked, *row)
