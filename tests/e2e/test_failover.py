@@ -338,10 +338,16 @@ def test_celery_worker_and_beat_carry_on_with_the_promoted_standby(tmp_path):
                 assert all(p.poll() is None for p in processes), tails()
                 return servers.primary.query(RUNS_SINCE, (moment,))[0][0] > 0
 
+            def kept_its_schedule() -> bool:
+                assert all(p.poll() is None for p in processes), tails()
+                return "keeping the last one" in logs["beat"].read_text()
+
             started = servers.primary.query("SELECT now()")[0][0]
             wait_for(lambda: ran_since(started), "housekeeping to run", timeout=60)
             servers.primary.kill()
-            time.sleep(3 * DETECTION)  # beat re-reads its schedule while no server is primary
+            # Promoted once beat has failed to re-read its schedule while no server is primary
+            # and kept it (the outage the test is about), not after a guess at how long that takes.
+            wait_for(kept_its_schedule, "beat to keep its schedule with no primary", timeout=60)
             servers.fail_over(standby)
             promoted = standby.query("SELECT now()")[0][0]
             wait_for(lambda: ran_since(promoted), "housekeeping on the new primary", timeout=60)
