@@ -47,7 +47,7 @@ class EndToEndOnOneWorker(LoadScheduling):
             self.maxschedchunk = len(self.collection)
         pinned = [i for i, nodeid in enumerate(self.collection) if nodeid.startswith(PINNED)]
         apart = [i for i in pinned if self.collection[i].startswith(APART)]
-        first = [i for i in pinned if i not in set(apart)]
+        first = [i for i in pinned if not self.collection[i].startswith(APART)]
         self.pending[:] = sorted(set(range(len(self.collection))) - set(pinned))
         for node, block in zip(self.nodes, (first, apart), strict=False):
             if block:
