@@ -76,8 +76,9 @@ bench-admin: $(STAMP)
 MYPY_STRICT := sherdlock/ client/sherdlock_client/
 MYPY_APPS := locks tokens clients common config tests/workers
 
-# Two workers: the end-to-end tests one after another on one of them, the unit and integration
-# tests on the other (tests/helpers/scheduling.py). PYTEST_WORKERS=0: one process.
+# Two workers: the end-to-end tests one after another on one of them, the benchmark harness's and
+# the release test on the other, then the unit and integration tests on whichever is free
+# (tests/helpers/scheduling.py). PYTEST_WORKERS=0: one process.
 PYTEST_WORKERS ?= 2
 
 test: $(STAMP) browser pgbouncer

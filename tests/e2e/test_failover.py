@@ -181,6 +181,21 @@ def first_after(records: list[dict], when: float, statuses: set[int]) -> dict | 
     return min(later, key=lambda r: r["end"], default=None)
 
 
+def failed_since(outs: list, when: float) -> bool:
+    """Whether the load processes have recorded a request started at ``when`` or later that
+    found no primary. Each process writes its requests in the order they started, so only
+    the end of its file is read (and not a line still being written)."""
+    for path in outs:
+        text = path.read_text() if path.exists() else ""
+        for line in reversed(text[: text.rfind("\n") + 1].splitlines()):
+            record = json.loads(line)
+            if record["start"] < when:
+                break
+            if record["status"] in (0, 503):
+                return True
+    return False
+
+
 def spends_answered(records: list[dict]) -> set[str]:
     """Return the tx ids of selections whose spend was answered 200."""
     return {
@@ -218,8 +233,17 @@ def test_a_standby_promoted_under_load_loses_no_answered_spend(tmp_path, failove
                 old = servers.primary
                 new = next(node for node in servers.nodes if node is not old)
                 old.kill()
-                killed = time.monotonic()
-                time.sleep(DETECTION)
+                killed = time.monotonic()  # every process of the old primary is gone
+                # The manager promotes once a request started since has failed, and no sooner
+                # than DETECTION after the kill. Every client may have had a request in flight
+                # at the kill, refused and retried only after Retry-After (a second or more):
+                # after a fixed DETECTION alone, those retries could all find the new primary
+                # and no request of the outage would have failed to measure it by.
+                wait_for(
+                    lambda k=killed: failed_since(outs, k),
+                    "a request to fail with the primary lost",
+                )
+                time.sleep(max(0.0, killed + DETECTION - time.monotonic()))
                 servers.fail_over(new)
                 events.append((killed, time.monotonic()))
                 # Every worker's cache listener finds the new primary by itself.
@@ -338,10 +362,16 @@ def test_celery_worker_and_beat_carry_on_with_the_promoted_standby(tmp_path):
                 assert all(p.poll() is None for p in processes), tails()
                 return servers.primary.query(RUNS_SINCE, (moment,))[0][0] > 0
 
+            def kept_its_schedule() -> bool:
+                assert all(p.poll() is None for p in processes), tails()
+                return "keeping the last one" in logs["beat"].read_text()
+
             started = servers.primary.query("SELECT now()")[0][0]
             wait_for(lambda: ran_since(started), "housekeeping to run", timeout=60)
             servers.primary.kill()
-            time.sleep(3 * DETECTION)  # beat re-reads its schedule while no server is primary
+            # Promoted once beat has failed to re-read its schedule while no server is primary
+            # and kept it (the outage the test is about), not after a guess at how long that takes.
+            wait_for(kept_its_schedule, "beat to keep its schedule with no primary", timeout=60)
             servers.fail_over(standby)
             promoted = standby.query("SELECT now()")[0][0]
             wait_for(lambda: ran_since(promoted), "housekeeping on the new primary", timeout=60)

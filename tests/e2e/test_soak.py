@@ -43,7 +43,7 @@ def rss(pids: list[int]) -> dict[int, int]:
 
 @pytest.mark.parametrize(
     "warm_up, measured",
-    [(8, 20), pytest.param(60, 600, marks=[pytest.mark.slow, pytest.mark.timeout(1000)])],
+    [(8, 12), pytest.param(60, 600, marks=[pytest.mark.slow, pytest.mark.timeout(1000)])],
 )
 def test_workers_do_not_grow_under_steady_load(subprocess_env, tmp_path, warm_up, measured):
     key = seed()
