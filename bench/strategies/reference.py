@@ -100,7 +100,10 @@ RESTORE_IDS = (
 # snapshot did not show (granted by a statement that committed since): ON CONFLICT then sees
 # it, and takes it over only if its lease has ended, so such a token is simply not granted.
 # The covering step writes the selection's record; a tx id used before fails the statement,
-# which then grants nothing.
+# which then grants nothing. The lock row of each candidate is probed by its key (OFFSET 0 keeps
+# the NOT EXISTS a per-row probe): planned as an anti-join on the lock table's statistics when a
+# run starts, it hashed the whole lock table at every step, a cost that grew with every lock row
+# and made the reference's throughput depend on when its plan was made.
 STEP = """
 WITH {commit}fence AS (
     SELECT coalesce(%(fence)s::bigint, nextval('reference_fence_seq')) AS value{after}
@@ -110,7 +113,7 @@ candidates AS (
     FROM reference_token t
     WHERE t.wallet = %(wallet)s AND t.currency = %(currency)s AND t.spent_at IS NULL
       AND NOT EXISTS (
-          SELECT FROM reference_lock l WHERE l.token_id = t.id AND l.expires_at > now()
+          SELECT FROM reference_lock l WHERE l.token_id = t.id AND l.expires_at > now() OFFSET 0
       )
     ORDER BY t.id
     LIMIT %(batch)s
