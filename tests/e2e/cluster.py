@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ import psutil
 import psycopg
 
 from config import embedded_db
-from tests.helpers.processes import ROOT, child_env
+from tests.helpers.processes import child_env, manage
 
 PORT = embedded_db.PORT
 DATABASE = embedded_db.DATABASE_NAME
@@ -214,15 +213,7 @@ class Cluster:
         self.primary = to
 
     def migrate(self, env: dict[str, str] | None = None) -> None:
-        migrate = subprocess.run(
-            [sys.executable, "manage.py", "migrate", "--verbosity", "0"],
-            cwd=ROOT,
-            env={**child_env(self.url), **(env or {})},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert migrate.returncode == 0, migrate.stderr[-3000:]
+        manage("migrate", "--verbosity", "0", env={**child_env(self.url), **(env or {})})
 
 
 @contextlib.contextmanager

@@ -24,7 +24,7 @@ import psycopg
 
 from config import embedded_db
 from tests.helpers import invariants
-from tests.helpers.processes import ROOT, child_env
+from tests.helpers.processes import ROOT, child_env, manage
 
 SUCCESS = {200, 201}
 # Answers a healthy server may give to the load: funds taken by others or too few, a spend
@@ -88,15 +88,7 @@ def throwaway_database() -> Iterator[Database]:
     server = embedded_db.ensure_running(root / "pg")
     try:
         url = server.url()
-        migrate = subprocess.run(
-            [sys.executable, "manage.py", "migrate", "--verbosity", "0"],
-            cwd=ROOT,
-            env=child_env(url),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert migrate.returncode == 0, migrate.stderr[-3000:]
+        manage("migrate", "--verbosity", "0", env=child_env(url))
         yield Database(server, url)
     finally:
         embedded_db.stop(server.data_dir)

@@ -41,7 +41,7 @@ from tests.e2e.faults import (
 from tests.e2e.servers import web_server
 from tests.e2e.test_celery_housekeeping import stop
 from tests.e2e.test_faults import forgotten_grant, server_errors
-from tests.helpers.processes import ROOT, child_env, wait_for
+from tests.helpers.processes import ROOT, child_env, manage, wait_for
 
 LEASE = 3.0
 TOKENS_PER_WALLET = 40
@@ -196,6 +196,20 @@ def failed_since(outs: list, when: float) -> bool:
     return False
 
 
+def assert_answered_through_failover(
+    records: list[dict], lost: set[str], recorded: set[str], log: str
+) -> None:
+    """No spend answered 200 was lost, every request was answered, nothing but 503 while no
+    primary answered and the refusals of a healthy server (among them lease_lost, and
+    not_found for a grant the failover forgot), and no traceback in the service's log."""
+    assert not lost, f"spends answered 200 but not on the new primary: {sorted(lost)[:10]}"
+    assert server_errors(records) == []
+    assert not [r for r in records if r["status"] == 0], "a request was never answered"
+    forgotten = [r for r in records if forgotten_grant(r, recorded)]
+    assert [r for r in unexpected(records) if r not in forgotten and r["status"] != 503] == []
+    assert "Traceback" not in log, log[-3000:]
+
+
 def spends_answered(records: list[dict]) -> set[str]:
     """Return the tx ids of selections whose spend was answered 200."""
     return {
@@ -278,14 +292,7 @@ def test_a_standby_promoted_under_load_loses_no_answered_spend(tmp_path, failove
         + ", ".join(f"{down:.3f} s; {after:.3f} s" for down, after in outages)
         + f"; refusals {dict(codes)}; {report}"
     )
-    assert not lost, f"spends answered 200 but not on the new primary: {sorted(lost)[:10]}"
-    assert server_errors(records) == []
-    assert not [r for r in records if r["status"] == 0], "a request was never answered"
-    # Nothing but 503 while no primary answered, and the refusals of a healthy server (among
-    # them lease_lost, and not_found for a grant the failover forgot).
-    forgotten = [r for r in records if forgotten_grant(r, recorded)]
-    assert [r for r in unexpected(records) if r not in forgotten and r["status"] != 503] == []
-    assert "Traceback" not in log, log[-3000:]
+    assert_answered_through_failover(records, lost, recorded, log)
     # Serving again is bounded by the promotion, not by a timeout of the service: every process
     # reaches the new primary within a few of its connection attempts.
     assert all(after < SERVES_AGAIN_WITHIN for _, after in outages), outages
@@ -326,15 +333,7 @@ def test_celery_worker_and_beat_carry_on_with_the_promoted_standby(tmp_path):
         standby = servers.add_standby("n1")
         servers.migrate()
         env = child_env(servers.url)
-        shell = subprocess.run(
-            [sys.executable, "manage.py", "shell", "-c", SCHEDULE_EVERY_SECOND],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert shell.returncode == 0, shell.stderr[-3000:]
+        manage("shell", "-c", SCHEDULE_EVERY_SECOND, env=env, timeout=120)
         redis = broker.start(tmp_path / "redis")
         env["CELERY_BROKER_URL"] = broker.url(tmp_path / "redis")
         logs = {"worker": tmp_path / "worker.log", "beat": tmp_path / "beat.log"}

@@ -8,8 +8,6 @@ is short; ``-m slow`` runs 50 replicas.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from decimal import Decimal
 
 import psycopg
@@ -26,7 +24,7 @@ from tests.e2e.test_contention import (
     run_replicas,
 )
 from tests.factories import make_lock, make_token, make_tokens
-from tests.helpers.processes import POOL_SIZE, ROOT, wait_for
+from tests.helpers.processes import POOL_SIZE, manage, wait_for
 from tests.integration.test_housekeeping import holder_has_gone
 from tests.workers.remote_replica import RemoteReplica
 from tokens.services import TokenSpec, issue_tokens
@@ -151,16 +149,7 @@ def test_a_pooled_replica_hears_changes_on_its_direct_session(pooled_env, publis
 
 def housekeep(env: dict[str, str]) -> str:
     """Run one housekeeping pass in a child process, as cron would; return its output."""
-    result = subprocess.run(
-        [sys.executable, "manage.py", "housekeep"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
+    return manage("housekeep", env=env, timeout=120)
 
 
 def guard_is_free(url: str) -> bool:

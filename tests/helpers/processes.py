@@ -42,6 +42,20 @@ def child_env(db_url: str) -> dict[str, str]:
     return env
 
 
+def manage(*args: str, env: dict[str, str], timeout: float = 300) -> str:
+    """Run ``manage.py args`` in a child process with ``env``; fail on an error; return stdout."""
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
 def run_module(
     module: str, *argv: str, env: dict[str, str], timeout: float
 ) -> subprocess.CompletedProcess:
