@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from bench import database, strategies, verify
+from bench import books, database, strategies, verify
 from bench.worker import Record
 
 WALLET, PAYEE = "chain", "chain-payee"
@@ -221,12 +221,12 @@ def audit(payments: list[Payment], n: int, by_identity: bool, prefix: str) -> di
         for p in payments
         if not p.error
     ]
-    stored = database.spent_tokens(by_identity=by_identity, prefix=prefix)
-    balances = database.unspent_by_wallet()
+    stored = books.spent_tokens(by_identity=by_identity, prefix=prefix)
+    balances = books.unspent_by_wallet()
     done = sum(not p.error for p in payments)
     return {
         "double_spends": verify.overlapping_holds(records) + verify.spent_twice(records, stored),
-        "leaked_locks": database.leaked_locks(),
+        "leaked_locks": books.leaked_locks(),
         "supply_conserved": (sum(balances.values()) == n and balances.get(PAYEE, 0) == done),
     }
 

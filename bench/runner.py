@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import cpu, database, strategies
+from bench import books, cpu, database, strategies
 from bench.options import parse_args
 from bench.quiet_spell import quiet_spell
 from bench.workloads import Workload, hot_tokens, hot_wallet, spread
@@ -136,12 +136,12 @@ class Harness:
             point["settings"] = infos[0].get("settings")  # what the replicas ran with
             point["notifying"] = notifying
         point.update(verify.figures(records, duration, supply))
-        stored = database.spent_tokens(prefix=f"{tag}-", reference=reference)
+        stored = books.spent_tokens(prefix=f"{tag}-", reference=reference)
         point["double_spends"] = verify.overlapping_holds(records) + verify.spent_twice(
             records, stored
         )
-        point["leaked_locks"] = database.leaked_locks(reference=reference)
-        point["supply_conserved"] = database.unspent_by_wallet(reference=reference) == supply
+        point["leaked_locks"] = books.leaked_locks(reference=reference)
+        point["supply_conserved"] = books.unspent_by_wallet(reference=reference) == supply
         point["cpu_ms_per_selection"] = windows[0].result(point["selections"]) if windows else {}
         return point
 

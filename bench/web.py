@@ -18,7 +18,7 @@ import random
 import time
 from typing import TYPE_CHECKING
 
-from bench import cpu, database, strategies, verify, web_server
+from bench import books, cpu, database, strategies, verify, web_server
 from bench.strategies import HTTP, OURS
 from bench.worker import Record
 from bench.workloads import Workload
@@ -289,10 +289,10 @@ def measure(
         "duration_s": duration,
     }
     point.update(verify.figures(records, duration, supply))
-    stored = database.spent_tokens(by_identity=True, prefix="http-")
+    stored = books.spent_tokens(by_identity=True, prefix="http-")
     point["double_spends"] = verify.overlapping_holds(records) + verify.spent_twice(records, stored)
-    point["leaked_locks"] = database.leaked_locks()
-    point["supply_conserved"] = database.unspent_by_wallet() == supply
+    point["leaked_locks"] = books.leaked_locks()
+    point["supply_conserved"] = books.unspent_by_wallet() == supply
     point["rate_limited"] = point["outcomes"]["rate_limited"]
     point["server_errors"] = server_errors(records)
     point["metrics"] = metrics

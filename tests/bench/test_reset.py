@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from bench import database
+from bench import books, database
 from bench.quiet_spell import quiet_spell
 from locks.models import TokenLock, Waiter
 from tests.factories import make_lock
@@ -191,11 +191,11 @@ def test_the_reference_starts_its_points_from_the_same_tokens_and_no_lock():
         assert restored == list(
             Token.objects.order_by("id").values_list("id", "wallet", "quantity")
         )
-        assert database.unspent_by_wallet(reference=True) == {"w": 12, "v": 3}
-        assert database.leaked_locks(reference=True) == 0
+        assert books.unspent_by_wallet(reference=True) == {"w": 12, "v": 3}
+        assert books.leaked_locks(reference=True) == 0
         # Every other point leaves the reference's tables empty.
         database.reset()
-        assert database.unspent_by_wallet(reference=True) == {}
+        assert books.unspent_by_wallet(reference=True) == {}
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
