@@ -103,7 +103,7 @@ candidates AS MATERIALIZED (
     for order, direction in (("ascending", "ASC"), ("descending", "DESC"))
 }
 
-# -- what the batch covers: ``seen`` and ``reach`` ----------------------------------------------
+# -- what the batch covers: ``reach`` ---------------------------------------------------------
 
 # `free` is what the fetch may lock from: the batch's total when it covers the need or holds
 # every free token of the wallet (fewer rows than the limit: the free tokens are short, and the
@@ -114,16 +114,14 @@ candidates AS MATERIALIZED (
 # - a batch in quantity order is the wallet's first tokens in that order: what the wallet's free
 #   tokens reach, so that it locks its whole batch when they can cover the need together
 #   (FREE_UP_TO_NEED).
+# `rows` is how many the batch holds (fewer than the limit: it holds every free token).
 REACH = """
-seen AS MATERIALIZED (
-    SELECT count(*) AS rows, coalesce(sum(quantity), 0) AS total FROM candidates
-),
 reach AS MATERIALIZED (
-    SELECT CASE
-        WHEN s.total >= %(need)s::numeric OR s.rows < %(limit)s::int THEN s.total
-        ELSE {beyond_batch}
-    END AS free
-    FROM seen s
+    SELECT s.rows,
+           CASE WHEN s.total >= %(need)s::numeric OR s.rows < %(limit)s::int THEN s.total
+                ELSE {beyond_batch}
+           END AS free
+    FROM (SELECT count(*) AS rows, coalesce(sum(quantity), 0) AS total FROM candidates) s
 ),"""
 SHORT_BATCH = "NULL::numeric"
 # Only a shortfall needs the sum of the wallet's free tokens (the answer reports it): a running

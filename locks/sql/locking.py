@@ -64,19 +64,21 @@ gate AS MATERIALIZED (
 ),"""
 OPEN = "(SELECT open FROM gate)"
 
-# -- locking what was chosen: wanted, granted, won --------------------------------------------
+# -- locking what was chosen: wanted, granted ---------------------------------------------------
 
 # Take the chosen token rows FOR UPDATE SKIP LOCKED, re-checking under the row lock that they
 # are still unspent (READ COMMITTED re-reads a row a spend changed meanwhile), so a spend that
 # committed first is seen and one in flight is skipped: a stale choice never locks a spent
 # token. Rows another selection is locking right now are skipped, never waited for.
+# MATERIALIZED keeps this read a step of its own, whoever reads it, so it is planned alike in
+# every variant (not folded into the insert where only the insert reads it).
 # Rows a statement found once are found again by key: `= ANY(ARRAY(SELECT ...))` makes the ids
 # a condition of the primary key's scan, which any plan keeps. Written `IN (SELECT ...)`, a join,
 # a plan made on statistics of a near-empty table reads the primary key (id, wallet) by wallet
 # alone, every entry of the table, and costs more with every row (here and in UNLOCK, and in
 # the lifecycle statements' deletes and renewals).
 WANTED = """
-wanted AS (
+wanted AS MATERIALIZED (
     SELECT t.id, t.quantity, t.tx_id, t."index"
     FROM tokens_token t
     WHERE t.id = ANY(ARRAY(SELECT id FROM chosen)) AND {unspent_of_key}
@@ -86,14 +88,16 @@ wanted AS (
 # The same for tokens locks_take_tokens took (batches.TAKEN_AS_OF_NOW): row-locked already, and
 # found unspent under that lock.
 TAKEN_WANTED = """
-wanted AS (
+wanted AS MATERIALIZED (
     SELECT t.id, t.quantity, t.tx_id, t."index"
     FROM tokens_token t
     WHERE t.id = ANY(ARRAY(SELECT id FROM chosen)) AND {unspent_of_key}
 ),""".format(unspent_of_key=UNSPENT_OF_KEY)
 
 # Insert the locks in token-id order (see the module docstring). An existing lock is taken over
-# only if its lease has run out; a live one is left alone and its token is not granted.
+# only if its lease has run out; a live one is left alone and its token is not granted. What was
+# granted is read from the rows written: a lock row carries its token's quantity (set again on a
+# takeover, so it is the token's as read under the row lock).
 GRANTED = """
 granted AS (
     INSERT INTO locks_tokenlock AS l (token_id, spender_tx_id, fence, created_at, expires_at,
@@ -105,13 +109,10 @@ granted AS (
     ORDER BY w.id
     ON CONFLICT (wallet, token_id) DO UPDATE
         SET spender_tx_id = EXCLUDED.spender_tx_id, fence = EXCLUDED.fence,
-            created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+            created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,
+            quantity = EXCLUDED.quantity
         WHERE l.expires_at <= now()
-    RETURNING l.token_id, l.expires_at
-),
-won AS MATERIALIZED (
-    SELECT g.token_id AS id, w.quantity, w.tx_id, w."index", g.expires_at
-    FROM granted g JOIN wanted w ON w.id = g.token_id
+    RETURNING l.token_id AS id, l.quantity, l.expires_at
 ),"""
 
 # -- recording: the tx id's claim and the selection row --------------------------------------
@@ -129,7 +130,7 @@ RECORDED = """
 claimed AS (
     INSERT INTO tokens_txclaim (namespace, tx_id, wallet)
     SELECT %(namespace)s::text, %(tx_id)s::text, %(wallet)s::text
-    FROM won w
+    FROM granted w
     HAVING %(held_total)s::numeric + coalesce(sum(w.quantity), 0) >= %(quantity)s::numeric
     ON CONFLICT (namespace, tx_id) DO NOTHING
     RETURNING tx_id
@@ -143,7 +144,7 @@ recorded AS (
            %(held_ids)s::bigint[] || coalesce(array_agg(w.id ORDER BY w.id), ARRAY[]::bigint[]),
            ARRAY[]::bigint[], 'locked', clock_timestamp(),
            least(min(w.expires_at), %(held_expiry)s::timestamptz), %(strategy)s::text
-    FROM won w
+    FROM granted w
     HAVING %(held_total)s::numeric + coalesce(sum(w.quantity), 0) >= %(quantity)s::numeric
        AND EXISTS (SELECT FROM claimed)
     ON CONFLICT (namespace, tx_id, wallet) DO NOTHING
@@ -153,7 +154,8 @@ recorded AS (
 # -- the result row ---------------------------------------------------------------------------
 
 # One row: the fence and what was granted, then what a fetch adds, then what a recording
-# statement adds (or its defaults), then the rate limits' verdict (metered).
+# statement adds (or its defaults), then the rate limits' verdict (metered). A fetch's columns
+# read its batch's `reach` once, joined in the FROM list.
 RESULT = """
 SELECT (SELECT value FROM fence) AS fence,
        g.ids AS granted_ids, g.quantities AS granted_quantities, g.expires_at"""
@@ -164,11 +166,10 @@ SELECT (SELECT value FROM fence) AS fence,
 # only when the free tokens are short (a CASE evaluates its subqueries lazily).
 FETCHED = """,
        (SELECT count(*) FROM chosen) AS attempted,
-       (SELECT free FROM reach) IS NULL AS short_batch,
-       (SELECT rows FROM seen) < %(limit)s::int AS exhausted,
-       (SELECT free FROM reach) AS free,
-       CASE WHEN (SELECT free FROM reach) >= 0
-                 AND (SELECT free FROM reach) < %(need)s::numeric THEN (
+       r.free IS NULL AS short_batch,
+       r.rows < %(limit)s::int AS exhausted,
+       r.free,
+       CASE WHEN r.free >= 0 AND r.free < %(need)s::numeric THEN (
            SELECT ARRAY[coalesce(sum(x.quantity), 0), count(*)]
            FROM (SELECT t.quantity FROM tokens_token t WHERE {unspent_of_key}
                  ORDER BY t.quantity DESC, t.id DESC
@@ -185,22 +186,28 @@ RECORDED_RESULT = """,
        (SELECT created_at FROM recorded) AS recorded_at,
        CASE WHEN EXISTS (SELECT FROM recorded) THEN (
            SELECT json_agg(json_build_array(x.id, x.tx_id, x."index", x.quantity) ORDER BY x.id)
-           FROM (SELECT id, tx_id, "index", quantity FROM won
+           FROM (SELECT w.id, w.tx_id, w."index", w.quantity
+                 FROM granted g JOIN wanted w ON w.id = g.id
                  UNION ALL
                  SELECT id, tx_id, "index", quantity FROM tokens_token
                  WHERE id = ANY(%(held_ids)s::bigint[]) AND wallet = %(wallet)s::text) x)
        END AS tokens""".format(open=OPEN)
-# What the row is read from: what was granted, in one pass, and for a fetch the rows it read and
-# neither locked nor passed over, when its caller keeps them (%(spare)s: a replica keeps no
-# queue of a contested wallet, sherdlock.types.Claim.spare).
+# What the row is read from: what was granted, in one pass, and for a fetch its `reach` and the
+# rows of its batch it neither tried nor passed over, when its caller keeps them (%(spare)s: a
+# replica keeps no queue of a contested wallet, sherdlock.types.Claim.spare). What it
+# tried ({tried}) is the front of its batch in the order it went through it (the covering prefix,
+# or what locks_take_tokens looked at), so the spare is the rest of the batch in that order.
 FROM_GRANTED = """
 FROM (SELECT array_agg(id ORDER BY id) AS ids, array_agg(quantity ORDER BY id) AS quantities,
              min(expires_at) AS expires_at
-      FROM won) g"""
+      FROM granted) g"""
 FROM_SPARE = """,
-     (SELECT array_agg(id ORDER BY id) AS ids, array_agg(quantity ORDER BY id) AS quantities
-      FROM candidates
-      WHERE %(spare)s::boolean AND id NOT IN (SELECT id FROM {tried})) s"""
+     reach r,
+     (SELECT (array_agg(id ORDER BY rnd, id) FILTER (WHERE %(spare)s::boolean))[{tried} + 1:]
+                 AS ids,
+             (array_agg(quantity ORDER BY rnd, id) FILTER (WHERE %(spare)s::boolean))[{tried} + 1:]
+                 AS quantities
+      FROM candidates) s"""
 
 # -- the variants -----------------------------------------------------------------------------
 
@@ -255,7 +262,8 @@ class LockStatement:
         columns = RESULT + (FETCHED if self.fetch else "")
         columns += RECORDED_RESULT if self.record else NOT_RECORDED
         columns += RESULT_METERED if self.metered else ""
-        spare = FROM_SPARE.format(tried="looked" if self.contested else "chosen")
+        tried = "looked" if self.contested else "chosen"
+        spare = FROM_SPARE.format(tried=f"(SELECT count(*) FROM {tried})")
         return columns + FROM_GRANTED + (spare if self.fetch else "")
 
     def sql(self) -> str:

@@ -300,7 +300,7 @@ def test_a_contested_fetch_passes_over_a_lock_committed_after_its_snapshot(db_ur
     row = gated_fetch(db_url, FRESH_FETCH, lost.pk, need=20)
     assert (row["granted_ids"], row["attempted"]) == ([free.pk], 1)
     # The token passed over is taken: not offered back to the cache.
-    assert row["spare_ids"] is None
+    assert not row["spare_ids"]
     locks = {lock.token_id: lock.spender_tx_id for lock in TokenLock.objects.all()}
     assert locks == {lost.pk: "tx-other", free.pk: "tx-replica"}
 
