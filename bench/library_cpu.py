@@ -1,24 +1,32 @@
-"""What a selection cycle costs a replica's CPU in the library: select, then spend or release.
+"""What a selection cycle costs in the library: select, then spend or release.
 
 The library's twin of ``bench.rest_cpu``: one replica in this process selects through the
-shipped selector and store (``ours``, as the benchmark's replicas run it), then spends (payment
-and change, the harness's statement) or releases, alternately, for a fixed number of cycles
-drawn from a seeded random stream. Nothing competes with it, so what it measures is the
-replica's own work per cycle: the selector, the store, psycopg and Django's cursor. Prints the
-CPU (``process_time``) and the wall time per cycle; ``--profile`` prints cProfile's view.
+shipped selector and store (``ours``, as the benchmark's replicas run it; ``--strategy
+reference`` runs the reference instead), then spends (payment and change, the strategy's
+spend) or releases, alternately, for a fixed number of cycles drawn from a seeded random
+stream. Nothing competes with it, so what it measures is the work of one cycle: the replica's
+(the selector, the store, psycopg and Django's cursor) and, on a server on this host, its
+backend's, read from ``/proc``. Prints the CPU (``process_time``) and the wall time per cycle;
+``--profile`` prints cProfile's view. ``--spread-wallets`` and the workload options of
+``python -m bench`` size the workload.
 
-    python -m bench.library_cpu [--workload hot-wallet] [--cycles 2000] [--profile]
+    python -m bench.library_cpu [--workload hot-wallet] [--cycles 2000] [--strategy ours]
+        [--profile] [-- --spread-wallets 8000 --spread-tokens 20]
 
-Being a fixed sequence of calls, it can also be counted in instructions, which a busy host
-does not move: ``valgrind --tool=callgrind python -m bench.library_cpu --cycles N`` at two
-values of N, the difference over the difference in cycles (start-up, seeding and warm-up
-cancel out). It uses the benchmark database (``sherdlock_bench``, emptied) on the server of
-``DATABASE_URL``, or on the embedded server when that is unset. Nothing is asserted.
+On a shared host, run the two sides of a comparison at the same time (each with its own
+``--database``): both then see the same load, and their ratio holds where one side run after
+the other does not. Being a fixed sequence of calls, it can also be counted in instructions,
+which a busy host does not move: ``valgrind --tool=callgrind python -m bench.library_cpu
+--cycles N`` at two values of N, the difference over the difference in cycles (start-up,
+seeding and warm-up cancel out). It uses the benchmark database (``sherdlock_bench``, emptied)
+on the server of ``DATABASE_URL``, or on the embedded server when that is unset. Nothing is
+asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 
@@ -26,6 +34,11 @@ from bench import database
 from bench.cycles import measure
 
 WORKLOADS = ("hot-wallet", "spread", "hot-tokens")
+STRATEGIES = ("ours", "reference")
+LOCAL_BACKEND = (
+    "SELECT pg_backend_pid(), coalesce(inet_server_addr() << inet '127.0.0.0/8' "
+    "OR inet_server_addr() = inet '::1', true)"
+)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -39,41 +52,82 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true", help="print cProfile's CPU view")
     parser.add_argument("--top", type=int, default=40, help="functions --profile prints")
     parser.add_argument("--database", default=database.DEFAULT_NAME)
+    parser.add_argument("--strategy", choices=STRATEGIES, default="ours")
+    parser.add_argument(
+        "workload_options", nargs="*", help="options of python -m bench that size the workload"
+    )
     return parser.parse_args(argv)
 
 
-def run(workload_name: str, cycles: int, profile: bool, top: int) -> tuple[float, float]:
-    """Return (CPU ms, wall ms) per cycle after the warm-up."""
+def backend_cpu_seconds(pid: int) -> float | None:
+    """Return the CPU time a server process on this host has used, None if it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def run(
+    workload_name: str,
+    cycles: int,
+    profile: bool,
+    top: int,
+    strategy: str = "ours",
+    workload_options: list[str] | None = None,
+) -> tuple[float, float, float | None]:
+    """Return (replica CPU ms, wall ms, backend CPU ms or None) per cycle after the warm-up."""
     from bench import strategies, worker
     from bench.options import parse_args as bench_args
     from bench.runner import make_workload
     from bench.strategies import payment, spend
+    from common import db
 
-    workload = make_workload(workload_name, bench_args([]))
+    workload = make_workload(workload_name, bench_args(workload_options or []))
     database.seed(workload.tokens, workload.currency)
-    replica = strategies.build("ours", 1)
+    if strategy == strategies.REFERENCE:
+        database.reset_reference()
+    replica = strategies.build(strategy, 1)
+    spender = getattr(replica, "spend", spend)  # a strategy on tables of its own spends itself
     rng = random.Random(1)
+    # The backend's pid means a process of this host only when the server runs here: over a
+    # Unix socket or a loopback address (inet_server_addr is NULL over a socket).
+    backend, local = db.one(db.execute(LOCAL_BACKEND, {}))
+    started: list[float | None] = []
 
     def cycle(number: int) -> None:
+        if number == 0:  # the first measured cycle
+            started.append(backend_cpu_seconds(backend))
         key, quantity = worker._request(workload, rng)
         picked = replica.select(f"cpu-{number}", key, quantity)
         if number % 2:
-            created = spend(picked, payment(picked.total, quantity, key.wallet))
+            created = spender(picked, payment(picked.total, quantity, key.wallet))
             if created is None:
                 raise RuntimeError(f"the spend of cpu-{number} failed")
-            replica.spent(picked, created)
+            if hasattr(replica, "spent"):
+                replica.spent(picked, created)
         else:
             replica.release(picked)
 
-    return measure(cycle, cycles, profile, top)
+    cpu, wall = measure(cycle, cycles, profile, top)
+    ended = backend_cpu_seconds(backend)
+    if not local or not started or started[0] is None or ended is None:
+        return cpu, wall, None
+    return cpu, wall, 1000 * (ended - started[0]) / cycles
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     with database.django_on(args.database):
-        cpu, wall = run(args.workload, args.cycles, args.profile, args.top)
+        cpu, wall, backend = run(
+            args.workload, args.cycles, args.profile, args.top, args.strategy, args.workload_options
+        )
+    label = args.workload if args.strategy == "ours" else f"{args.workload}, {args.strategy}"
     note = " (under cProfile)" if args.profile else ""
-    print(f"{args.workload}: replica CPU per cycle {cpu:.3f} ms, wall {wall:.3f} ms{note}")
+    print(f"{label}: replica CPU per cycle {cpu:.3f} ms, wall {wall:.3f} ms{note}")
+    if backend is not None:
+        print(f"{label}: backend CPU per cycle {backend:.3f} ms")
     return 0
 
 

@@ -16,7 +16,10 @@ from tests.helpers.processes import database_url, run_module
 
 
 @pytest.mark.timeout(300)
-def test_the_library_cycle_runs_and_reports_its_cost():
+@pytest.mark.parametrize(
+    "strategy, label", [("ours", "hot-wallet"), ("reference", "hot-wallet, reference")]
+)
+def test_the_library_cycle_runs_and_reports_its_cost(strategy, label):
     name = os.environ.get("SHERDLOCK_TEST_DB", "test_sherdlock") + "_library_cpu"
     env = dict(os.environ, DATABASE_URL=database_url(settings.DATABASES["default"]))
     try:
@@ -28,6 +31,8 @@ def test_the_library_cycle_runs_and_reports_its_cost():
             "20",
             "--database",
             name,
+            "--strategy",
+            strategy,
             env=env,
             timeout=240,
         )
@@ -37,5 +42,10 @@ def test_the_library_cycle_runs_and_reports_its_cost():
     # of the warm-up's and the measured cycles' selections was spent or released.
     assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]
     assert re.search(
-        r"^hot-wallet: replica CPU per cycle [\d.]+ ms, wall [\d.]+ ms$", done.stdout, re.M
+        rf"^{label}: replica CPU per cycle [\d.]+ ms, wall [\d.]+ ms$", done.stdout, re.M
     )
+    # A server on this host (a socket or a loopback address) has its backend's CPU read too.
+    host = settings.DATABASES["default"].get("HOST") or ""
+    local = host.startswith("/") or host in ("", "localhost", "127.0.0.1", "::1")
+    backend = re.search(rf"^{label}: backend CPU per cycle [\d.]+ ms$", done.stdout, re.M)
+    assert bool(backend) == local, done.stdout
