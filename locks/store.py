@@ -235,7 +235,7 @@ class PostgresTokenStore:
             )
         contested = fetch and claim.contested
         if fetch:
-            params["spare"] = claim.spare or not contested
+            params["spare"] = claim.spare
         # The first locking statement of a rate-limited request takes its units
         # (clients.throttling.charging) and locks nothing if a bucket refuses. The meter stays
         # pending until the statement has run: one that fails (cancelled, say) takes nothing, as

@@ -283,11 +283,12 @@ class Selector:
             total_before_fetch = rnd.total
             rnd.pending = None
             # Replicas that fall back to a wallet's largest tokens go for the same few, so that
-            # fetch takes each as of the moment it locks it, as on a contested wallet. A
-            # contested wallet has no queue to keep what the fetch does not lock.
+            # fetch takes each as of the moment it locks it, as on a contested wallet. A fetch
+            # for a contested or a cold wallet does not ask for the rows it does not lock.
             crowded = cache.contested(rnd.key)
-            claim = rnd.claim(largest_first or crowded, largest_first, spare=not crowded)
-            result = store.fetch_and_lock(claim, self._fetch_limit(rnd.key, cache))
+            limit, warm = self._fetch_limit(rnd.key, cache)
+            claim = rnd.claim(largest_first or crowded, largest_first, warm and not crowded)
+            result = store.fetch_and_lock(claim, limit)
             rnd.pending = []
             fetches += 1
             stats.fetches += 1
@@ -341,18 +342,18 @@ class Selector:
             self._cache_for(order).invalidate(rnd.key)
         self._cache_for(order).put(rnd.key, spare)
 
-    def _fetch_limit(self, key: WalletKey, cache: TokenCache) -> int:
-        """Return how many rows to fetch for `key`: more where demand repeats, most where calm."""
-        config = self._config
-        now = self._clock()
+    def _fetch_limit(self, key: WalletKey, cache: TokenCache) -> tuple[int, bool]:
+        """Return the rows to fetch for `key` (more where demand repeats) and whether it is warm."""
+        config, now = self._config, self._clock()
         with self._fetched_lock:
             last = self._fetched.pop(key, None)
             self._fetched[key] = now
             if len(self._fetched) > config.cache_max_wallets:
                 self._fetched.popitem(last=False)
         warm = last is not None and now - last < self._cache.ttl
-        limit = config.fetch_limit if warm else min(config.cold_fetch_limit, config.fetch_limit)
-        return max(limit, config.calm_fetch_limit) if warm and cache.calm(key) else limit
+        if not warm:
+            return min(config.cold_fetch_limit, config.fetch_limit), False
+        return max(config.fetch_limit, config.calm_fetch_limit if cache.calm(key) else 0), True
 
     def _accept(
         self,

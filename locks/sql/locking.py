@@ -194,7 +194,7 @@ RECORDED_RESULT = """,
        END AS tokens""".format(open=OPEN)
 # What the row is read from: what was granted, in one pass, and for a fetch its `reach` and the
 # rows of its batch it neither tried nor passed over, when its caller keeps them (%(spare)s: a
-# replica keeps no queue of a contested wallet, sherdlock.types.Claim.spare). What it
+# replica keeps no queue of a cold or contested wallet, sherdlock.types.Claim.spare). What it
 # tried ({tried}) is the front of its batch in the order it went through it (the covering prefix,
 # or what locks_take_tokens looked at), so the spare is the rest of the batch in that order.
 FROM_GRANTED = """

@@ -26,6 +26,7 @@ from sherdlock.config import CACHE_TTL
 from tests.e2e.test_contention import assert_books_balance, assert_never_held_twice, run_replicas
 from tests.factories import make_tokens
 from tests.helpers.processes import ROOT, WAIT, wait_for
+from tests.helpers.warming import warm
 from tests.workers.remote_replica import RemoteReplica
 from tokens.services import TokenSpec, issue_tokens
 
@@ -76,7 +77,8 @@ def test_a_token_issued_elsewhere_is_selected_from_a_warm_cache(transactional_db
     make_tokens(2, wallet="w", quantity=1)
     worker = start_worker()
     assert worker.hello["listening"]
-    first = worker("select", tx="a-1", wallet="w", quantity=1)  # warms: one locked, one cached
+    worker("warm", wallet="w")
+    first = worker("select", tx="a-1", wallet="w", quantity=1)  # one locked, one queued
     assert first["fetches"] == 1
     assert len(worker("peek", wallet="w")["tokens"]) == 1
 
@@ -95,6 +97,7 @@ def test_a_token_issued_elsewhere_is_selected_from_a_warm_cache(transactional_db
 def test_a_token_locked_elsewhere_is_never_attempted(local, start_worker):
     selector, listener = local
     tokens = make_tokens(10, wallet="w", quantity=10)
+    warm(selector, "w")
     mine = selector.select("a-1", "w", "USD", 10)  # locks one, caches the other nine
     assert mine.stats.fetches == 1 and len(queued(selector, "w")) == 9
 
@@ -113,6 +116,7 @@ def test_a_token_locked_elsewhere_is_never_attempted(local, start_worker):
 def test_released_tokens_come_back_and_spent_ones_leave(local, start_worker):
     selector, _ = local
     make_tokens(6, wallet="w", quantity=10)
+    warm(selector, "w")
     mine = selector.select("a-1", "w", "USD", 10)
     cached = set(queued(selector, "w"))
     assert len(cached) == 5
@@ -137,6 +141,7 @@ def test_released_tokens_come_back_and_spent_ones_leave(local, start_worker):
 def test_the_listener_reconnects_after_its_backend_is_killed(local):
     selector, listener = local
     make_tokens(4, wallet="w", quantity=10)
+    warm(selector, "w")
     selector.select("a-1", "w", "USD", 10)
     assert queued(selector, "w")
     killed = listener.backend_pid
@@ -186,6 +191,8 @@ def test_an_overflow_drops_only_that_key(local):
     selector, listener = local
     make_tokens(3, wallet="w", quantity=10)
     make_tokens(3, wallet="v", quantity=10)
+    warm(selector, "w")
+    warm(selector, "v")
     selector.select("a-1", "w", "USD", 10)
     selector.select("a-2", "v", "USD", 10)
     assert len(queued(selector, "w")) == 2 and len(queued(selector, "v")) == 2

@@ -135,7 +135,8 @@ def test_a_pooled_replica_hears_changes_on_its_direct_session(pooled_env, publis
     worker = RemoteReplica({**pooled_env, "SHERDLOCK_LISTEN": "1"})
     try:
         assert worker.hello["listening"]
-        worker("select", tx="a-1", wallet="w", quantity=1)  # warms its cache
+        worker("warm", wallet="w")
+        worker("select", tx="a-1", wallet="w", quantity=1)  # fills its queue of "w"
         (issued,), _ = issue_tokens([TokenSpec("issuer", 0, "w", "USD", 100)])
         wait_for(
             lambda: [issued.pk, 100] in worker("peek", wallet="w")["tokens"],

@@ -57,9 +57,12 @@ class TestStatements:
         assert {lock.token_id for lock in locks} == {c.token_id for c in result.granted}
         assert {(lock.spender_tx_id, lock.fence) for lock in locks} == {("tx-1", 7)}
 
-    def test_a_contested_fetch_whose_caller_keeps_no_queue_answers_no_spare(self, store):
+    @pytest.mark.parametrize("contested", [True, False])
+    def test_a_fetch_whose_caller_keeps_no_queue_answers_no_spare(self, store, contested):
+        # A replica keeps no queue of a contested wallet, nor of one it has not selected from
+        # lately (a cold one).
         make_tokens(10, quantity=10)
-        bare = Claim("tx-1", KEY, 25, 7, contested=True, spare=False)
+        bare = Claim("tx-1", KEY, 25, 7, contested=contested, spare=False)
         result = store.fetch_and_lock(bare, 64)
         assert [c.quantity for c in result.granted] == [10, 10, 10]
         assert result.spare == [] and result.exhausted and result.conflicts == 0
@@ -67,7 +70,9 @@ class TestStatements:
             c.token_id for c in result.granted
         }
         # A short wallet is still told apart from a short batch.
-        short = store.fetch_and_lock(Claim("tx-2", KEY, 71, 8, contested=True, spare=False), 64)
+        short = store.fetch_and_lock(
+            Claim("tx-2", KEY, 71, 8, contested=contested, spare=False), 64
+        )
         assert short.granted == [] and short.shortfall is not None and short.spare == []
 
     def test_a_contested_fetch_takes_no_token_held_spent_or_short(self, store):

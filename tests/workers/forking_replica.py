@@ -44,12 +44,14 @@ def main() -> int:
     django.setup()
     from locks import replica
     from sherdlock import WalletKey
+    from tests.helpers.warming import warm
     from tokens.services import TokenSpec, issue_tokens
 
     selector = replica.get_selector()
     parent = replica.get_listener()
     assert parent is not None and parent.wait_connected(30)
     before = parent.backend_pid
+    warm(selector, "f")
     selector.select("parent-1", "f", "USD", 1)  # a queue for "f", so news about it is kept
 
     first, second = child(True), child(False)

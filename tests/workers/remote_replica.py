@@ -26,6 +26,7 @@ def main() -> int:
 
     from locks import replica
     from sherdlock import Selection, WalletKey
+    from tests.helpers.warming import warm
     from tokens.models import Token
 
     selector = replica.get_selector()
@@ -46,6 +47,9 @@ def main() -> int:
                 "lock_attempts": s.lock_attempts,
                 "lock_conflicts": s.lock_conflicts,
             }
+        if op == "warm":
+            warm(selector, cmd["wallet"])
+            return {}
         if op == "release":
             return {"released": selector.release(held.pop(cmd["tx"]))}
         if op == "spend":

@@ -37,12 +37,17 @@ def test_select_is_one_statement_that_takes_the_rate_limit_where_it_locks(warm):
     assert "clients_ratebucket" in statements[0]
     assert "INSERT INTO locks_tokenlock" in statements[0]
     assert "INSERT INTO locks_selection" in statements[0]
-    # Served from the cache the fetch filled: still one statement.
+    assert response.json()["tokens"]  # built from the statement, no refetch
+    # The wallet is warm now: its fetch keeps what it does not lock. Still one statement.
     statements, _ = queries_of(lambda: select(warm, "tx-2", "25"))
+    assert len(statements) == 1, statements
+    assert "pivot" in statements[0]
+    # Served from the cache that fetch filled: still one statement.
+    statements, response = queries_of(lambda: select(warm, "tx-3", "25"))
     assert len(statements) == 1, statements
     assert "clients_ratebucket" in statements[0]
     assert "pivot" not in statements[0]  # a try-lock of cached candidates, not a fetch
-    assert response.json()["tokens"]  # built from the statement, no refetch
+    assert response.json()["tokens"]
 
 
 def test_release_spend_and_extend_are_one_statement_each(warm):
@@ -61,10 +66,11 @@ def test_release_spend_and_extend_are_one_statement_each(warm):
 
 
 def test_a_spends_change_serves_the_next_selection_without_a_fetch(warm):
-    select(warm, "tx-1", "25")  # a cold fetch of 16 rows: 3 locked, 13 queued here
+    select(warm, "tx-0", "25")  # a cold fetch of 16 rows: 3 locked, the other 13 not kept
+    select(warm, "tx-1", "25")  # a warm one reads the 37 free: 3 locked, 34 queued here
     spend(warm, "tx-1", [output(0, "bob", "25"), output(1, "alice", "5")])
-    # 135 is the 13 queued tokens and the change: a try-lock of the queue and nothing else.
-    statements, response = queries_of(lambda: select(warm, "tx-2", "135"))
+    # 345 is the 34 queued tokens and the change: a try-lock of the queue and nothing else.
+    statements, response = queries_of(lambda: select(warm, "tx-2", "345"))
     assert len(statements) == 1, statements
     assert "pivot" not in statements[0]
     assert {t["tx_id"] for t in response.json()["tokens"]} == {"mint", "tx-1"}
