@@ -6,7 +6,7 @@ reference`` runs the reference instead), then spends (payment and change, the st
 spend) or releases, alternately, for a fixed number of cycles drawn from a seeded random
 stream. Nothing competes with it, so what it measures is the work of one cycle: the replica's
 (the selector, the store, psycopg and Django's cursor) and, on a server on this host, its
-backend's, read from ``/proc``. Prints the CPU (``process_time``) and the wall time per cycle;
+backend's (``bench.cpu``). Prints the CPU (``process_time``) and the wall time per cycle;
 ``--profile`` prints cProfile's view. ``--spread-wallets`` and the workload options of
 ``python -m bench`` size the workload.
 
@@ -26,7 +26,6 @@ asserted.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sys
 
@@ -35,10 +34,6 @@ from bench.cycles import measure
 
 WORKLOADS = ("hot-wallet", "spread", "hot-tokens")
 STRATEGIES = ("ours", "reference")
-LOCAL_BACKEND = (
-    "SELECT pg_backend_pid(), coalesce(inet_server_addr() << inet '127.0.0.0/8' "
-    "OR inet_server_addr() = inet '::1', true)"
-)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -59,16 +54,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def backend_cpu_seconds(pid: int) -> float | None:
-    """Return the CPU time a server process on this host has used, None if it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-
-
 def run(
     workload_name: str,
     cycles: int,
@@ -78,7 +63,10 @@ def run(
     workload_options: list[str] | None = None,
 ) -> tuple[float, float, float | None]:
     """Return (replica CPU ms, wall ms, backend CPU ms or None) per cycle after the warm-up."""
+    from django.db import connection
+
     from bench import strategies, worker
+    from bench.cpu import cpu_seconds, postgres_server
     from bench.options import parse_args as bench_args
     from bench.runner import make_workload
     from bench.strategies import payment, spend
@@ -91,14 +79,15 @@ def run(
     replica = strategies.build(strategy, 1)
     spender = getattr(replica, "spend", spend)  # a strategy on tables of its own spends itself
     rng = random.Random(1)
-    # The backend's pid means a process of this host only when the server runs here: over a
-    # Unix socket or a loopback address (inet_server_addr is NULL over a socket).
-    backend, local = db.one(db.execute(LOCAL_BACKEND, {}))
+    # Its backend's CPU is read only when the server runs on this host (bench.cpu finds its
+    # postmaster): elsewhere the pid would name another host's process.
+    local = postgres_server(connection) is not None
+    backend = db.one(db.execute("SELECT pg_backend_pid()", {}))[0]
     started: list[float | None] = []
 
     def cycle(number: int) -> None:
         if number == 0:  # the first measured cycle
-            started.append(backend_cpu_seconds(backend))
+            started.append(cpu_seconds(backend))
         key, quantity = worker._request(workload, rng)
         picked = replica.select(f"cpu-{number}", key, quantity)
         if number % 2:
@@ -111,7 +100,7 @@ def run(
             replica.release(picked)
 
     cpu, wall = measure(cycle, cycles, profile, top)
-    ended = backend_cpu_seconds(backend)
+    ended = cpu_seconds(backend)
     if not local or not started or started[0] is None or ended is None:
         return cpu, wall, None
     return cpu, wall, 1000 * (ended - started[0]) / cycles

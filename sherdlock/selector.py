@@ -45,7 +45,7 @@ class Selector:
         self._rng = rng if rng is not None else random.Random()
         self._sleep = sleep
         # When this replica last fetched each wallet/currency: a key fetched again within the
-        # cache ttl is in demand here, and worth a full batch.
+        # cache ttl is in demand here, worth a full batch and a queue of what it leaves.
         self._fetched: OrderedDict[WalletKey, float] = OrderedDict()
         self._fetched_lock = threading.Lock()
         # Candidates read in quantity order, per order: kept apart from the random queues,
