@@ -56,7 +56,7 @@ def gather(selector: Selector, rnd: Round, patient: bool) -> None:
             lost |= missed
             stalled += 1
             if stalled > config.max_retries:
-                selector._raise_short(rnd, store.supply(rnd.key, rnd.tx_id))
+                rnd.raise_short(store.supply(rnd.key, rnd.tx_id), selector.config.retry_after)
 
 
 def give_back(selector: Selector, rnd: Round) -> None:
@@ -75,7 +75,7 @@ def unmet(selector: Selector, rnd: Round, lost: set[int]) -> None:
     supply = selector.store.supply(rnd.key, rnd.tx_id)
     if supply.available < rnd.quantity or lost:
         # Short, or others hold tokens a set might need: a retry may find one.
-        selector._raise_short(rnd, supply)
+        rnd.raise_short(supply, selector.config.retry_after)
     strategy = rnd.strategy
     if strategy.name == EXACT:
         raise NoExactMatch(

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
-from .errors import ClaimRefused, InvalidRequest, SelectionTooLarge
+from .errors import (
+    ClaimRefused,
+    FundsLocked,
+    InsufficientFunds,
+    InvalidRequest,
+    SelectionTooLarge,
+)
 from .strategies import DEFAULT, DESCENDING, MAX_EXAMINED, Strategy
 from .turns import Turn
-from .types import MAX_QUANTITY, Candidate, Claim, SelectionStats, WalletKey
+from .types import MAX_QUANTITY, Candidate, Claim, SelectionStats, Supply, WalletKey
 
 if TYPE_CHECKING:
     from .cache import TokenCache
@@ -127,6 +133,15 @@ class Round:
         """
         if too_many or (self.total < self.quantity and len(self.locked) >= MAX_EXAMINED):
             raise SelectionTooLarge(self.key, self.quantity, MAX_EXAMINED, stats=self.stats)
+
+    def raise_short(self, supply: Supply, retry_after: float) -> NoReturn:
+        """Raise InsufficientFunds if `supply` cannot cover the quantity, else FundsLocked."""
+        self.bound(not supply.complete and supply.unspent < self.quantity)
+        if supply.unspent < self.quantity:
+            raise InsufficientFunds(self.key, self.quantity, supply.available, stats=self.stats)
+        raise FundsLocked(
+            self.key, self.quantity, supply.available, retry_after=retry_after, stats=self.stats
+        )
 
     def give_back(self) -> list[int]:
         """Forget every token this round locked (the caller unlocks them); return their ids."""

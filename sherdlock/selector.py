@@ -276,7 +276,7 @@ class Selector:
                 if stalled > allowed_stalls:
                     if shortfall is None:
                         shortfall = store.supply(rnd.key, rnd.tx_id)
-                    self._raise_short(rnd, shortfall)
+                    rnd.raise_short(shortfall, self._config.retry_after)
                 if stalled and patient:
                     now = self._clock()
                     self._sleep(turns.wait_for_funds(store, rnd, config, now, self._rng))
@@ -316,7 +316,7 @@ class Selector:
                 if shortfall.unspent < rnd.quantity:
                     raise InsufficientFunds(rnd.key, rnd.quantity, shortfall.available, stats=stats)
                 if not patient:
-                    self._raise_short(rnd, shortfall)
+                    rnd.raise_short(shortfall, self._config.retry_after)
                 continue  # others hold enough: wait for them to spend or release
             self._cache_spare(rnd, result.spare)
 
@@ -384,16 +384,3 @@ class Selector:
             # Its turn got it something: the next in line need not wait for the rest.
             turns.give_back(self._store, rnd)
         return hits
-
-    def _raise_short(self, rnd: Round, supply: Supply) -> None:
-        """Raise InsufficientFunds if the supply is short, else FundsLocked."""
-        rnd.bound(not supply.complete and supply.unspent < rnd.quantity)
-        if supply.unspent < rnd.quantity:
-            raise InsufficientFunds(rnd.key, rnd.quantity, supply.available, stats=rnd.stats)
-        raise FundsLocked(
-            rnd.key,
-            rnd.quantity,
-            supply.available,
-            retry_after=self._config.retry_after,
-            stats=rnd.stats,
-        )
