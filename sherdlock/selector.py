@@ -44,8 +44,9 @@ class Selector:
         )
         self._rng = rng if rng is not None else random.Random()
         self._sleep = sleep
-        # When this replica last fetched each wallet/currency: a key fetched again within the
-        # cache ttl is in demand here, worth a full batch and a queue of what it leaves.
+        # When this replica last selected from each wallet/currency, by a fetch or from its
+        # queue: a key selected from again within the cache ttl is in demand here, worth a full
+        # batch and a queue of what it leaves.
         self._fetched: OrderedDict[WalletKey, float] = OrderedDict()
         self._fetched_lock = threading.Lock()
         # Candidates read in quantity order, per order: kept apart from the random queues,
@@ -260,6 +261,7 @@ class Selector:
             if cache is not self._cache:  # this replica's holds live in the random cache
                 batch = [c for c in batch if not self._cache.is_held(c.token_id)]
             if batch:
+                self._selected(rnd.key)
                 # Not granted means someone else holds, spent or is touching the token. It
                 # left the queue and comes back only if a later fetch sees it free.
                 missed = self._try_lock(rnd, batch)
@@ -344,16 +346,20 @@ class Selector:
 
     def _fetch_limit(self, key: WalletKey, cache: TokenCache) -> tuple[int, bool]:
         """Return the rows to fetch for `key` (more where demand repeats) and whether it is warm."""
-        config, now = self._config, self._clock()
+        config, last = self._config, self._selected(key)
+        if last is None or self._clock() - last >= self._cache.ttl:
+            return min(config.cold_fetch_limit, config.fetch_limit), False
+        return max(config.fetch_limit, config.calm_fetch_limit if cache.calm(key) else 0), True
+
+    def _selected(self, key: WalletKey) -> float | None:
+        """Stamp `key` as selected from now (the latest `cache_max_wallets`); return the last."""
+        now = self._clock()
         with self._fetched_lock:
             last = self._fetched.pop(key, None)
             self._fetched[key] = now
-            if len(self._fetched) > config.cache_max_wallets:
+            if len(self._fetched) > self._config.cache_max_wallets:
                 self._fetched.popitem(last=False)
-        warm = last is not None and now - last < self._cache.ttl
-        if not warm:
-            return min(config.cold_fetch_limit, config.fetch_limit), False
-        return max(config.fetch_limit, config.calm_fetch_limit if cache.calm(key) else 0), True
+        return last
 
     def _accept(
         self,
