@@ -136,7 +136,7 @@ def database_settings(
     if pool_size is not None:
         # A pool per process, shared by its threads: a request holds a connection from its
         # first query to its end, and a request waiting for held funds gives it back while it
-        # sleeps (locks.waiting). Few connections then serve many threads and stay warm: a
+        # sleeps (locks.wait_loop). Few connections then serve many threads and stay warm: a
         # backend's first run of a hot statement costs several times its steady run (catalog
         # caches, planning) and psycopg prepares statements per connection. The engine checks a
         # connection as the pool lends it, without a query (common.postgres), so one the server

@@ -50,7 +50,7 @@ from locks.errors import (
     ValueNotConserved,
 )
 from locks.store import TxIdTaken
-from locks.waiting import QueueFull
+from locks.wait_loop import QueueFull
 from sherdlock import (
     ClaimRefused,
     FundsLocked,

@@ -15,7 +15,7 @@ from decimal import Decimal
 from functools import partial
 
 from clients.throttling import RateLimited
-from locks import metrics, waiting
+from locks import metrics, wait_loop
 from locks.errors import (
     SelectionNotFound,
     TxIdConflict,
@@ -84,7 +84,7 @@ def select_tokens(
     other terms, or one that names issued tokens, raises TxIdConflict. The selector never
     sleeps: funds held by others are reported at once (FundsLocked, with the advice to retry
     after about as long as the key's holds last), unless the caller may ``wait`` that many
-    seconds, in which case it waits its turn for them (``locks.waiting``). ``strategy`` (default
+    seconds, in which case it waits its turn for them (``locks.wait_loop``). ``strategy`` (default
     random) picks the tokens; a repeat answers the selection whatever strategy it names.
     Failures are recorded for the dashboard once, when answered.
     """
@@ -94,8 +94,8 @@ def select_tokens(
     try:
         if wait > 0:
             try:
-                result = waiting.wait_for(key, wait, once, client=namespace)
-            except waiting.QueueFull:
+                result = wait_loop.wait_for(key, wait, once, client=namespace)
+            except wait_loop.QueueFull:
                 # No room to wait here: answer as an impatient request would.
                 result = once()
         else:

@@ -90,14 +90,14 @@ class Ours:
         selector), the queue of ``locks.waiting`` between them; a process with no free waiting
         slot makes one attempt, as the service answers such a request.
         """
-        from locks import waiting
+        from locks import wait_loop
 
         def attempt():
             return self.selector.select(tx_id, key.wallet, key.currency, quantity, patient=False)
 
         try:
-            selection = waiting.wait_for(key, seconds, attempt)
-        except waiting.QueueFull:
+            selection = wait_loop.wait_for(key, seconds, attempt)
+        except wait_loop.QueueFull:
             selection = attempt()
         return Picked(tx_id, key, selection.fence, selection.tokens, selection)
 

@@ -17,7 +17,7 @@ from django.db import connection
 from prometheus_client import REGISTRY
 
 from common import db
-from locks import wait_slots, waiting
+from locks import wait_loop, wait_slots, waiting
 from locks.selections import release_selection
 from locks.services import select_tokens
 from locks.sql import waiting as queries
@@ -209,7 +209,7 @@ def _two_together(monkeypatch, first_finds, second_finds):
             return finds(len(tries[name]))
 
         try:
-            results[name] = waiting.wait_for(key, 5, attempt)
+            results[name] = wait_loop.wait_for(key, 5, attempt)
         except Exception as exc:
             results[name] = exc
         finally:
@@ -293,7 +293,7 @@ def test_a_request_waiting_for_another_ones_try_holds_no_connection(monkeypatch)
             if borrow:
                 with connection.cursor() as cursor:
                     cursor.execute("SELECT 1")
-            waiting.wait_for(key, 5, attempt)
+            wait_loop.wait_for(key, 5, attempt)
         finally:
             connection.close()
 
