@@ -26,8 +26,8 @@ import sys
 from pathlib import Path
 
 from bench.report import problems
+from bench.service_targets import HTTP_RATIO_REPLICAS
 from bench.strategies import BASELINES, CANDIDATES, HTTP, OURS, REFERENCE
-from bench.targets import HTTP_RATIO_REPLICAS
 
 # The HTTP target's replica count is the one held. With fewer load processes, a point whose
 # connections all land on one web worker makes far fewer selections than one split evenly

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bench.targets import http_targets, selection_targets
+from bench.service_targets import http_targets
+from bench.targets import selection_targets
 from bench.verify import STEADY_AFTER, figures
 from bench.worker import Record
 
