@@ -19,13 +19,13 @@ import pytest
 from django.db.models import Sum
 
 from tests.e2e.servers import web_server
-from tests.e2e.test_contention import (
+from tests.factories import make_token
+from tests.helpers.replicas import (
     assert_books_balance,
     assert_never_held_twice,
     outcomes,
     run_replicas,
 )
-from tests.factories import make_token
 from tokens.models import Token
 
 

@@ -23,9 +23,9 @@ from locks import notifications, replica
 from locks.listener import CacheListener
 from sherdlock import TokenCache, WalletKey
 from sherdlock.config import CACHE_TTL
-from tests.e2e.test_contention import assert_books_balance, assert_never_held_twice, run_replicas
 from tests.factories import make_tokens
 from tests.helpers.processes import ROOT, WAIT, wait_for
+from tests.helpers.replicas import assert_books_balance, assert_never_held_twice, run_replicas
 from tests.helpers.warming import warm
 from tests.workers.remote_replica import RemoteReplica
 from tokens.services import TokenSpec, issue_tokens

@@ -17,14 +17,14 @@ from django.db import connection
 from locks import notifications
 from locks.housekeeping import GUARD_APPLICATION_NAME, GUARD_KEY, run_housekeeping
 from locks.models import TokenLock
-from tests.e2e.test_contention import (
+from tests.factories import make_lock, make_token, make_tokens
+from tests.helpers.processes import POOL_SIZE, manage, wait_for
+from tests.helpers.replicas import (
     assert_books_balance,
     assert_never_held_twice,
     outcomes,
     run_replicas,
 )
-from tests.factories import make_lock, make_token, make_tokens
-from tests.helpers.processes import POOL_SIZE, manage, wait_for
 from tests.integration.test_housekeeping import holder_has_gone
 from tests.workers.remote_replica import RemoteReplica
 from tokens.services import TokenSpec, issue_tokens

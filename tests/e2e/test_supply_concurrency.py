@@ -13,8 +13,8 @@ from decimal import Decimal
 import pytest
 from django.db import connection, transaction
 
-from tests.e2e.test_contention import run_replicas
 from tests.factories import make_tokens
+from tests.helpers.replicas import run_replicas
 from tokens import supply
 from tokens.models import Token
 from tokens.services import TokenSpec, issue_tokens
