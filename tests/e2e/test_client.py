@@ -1,21 +1,19 @@
 """The client distribution (client/, sherdlock_client) against a real web server and database.
 
 Every method of both variants runs one scenario (an adapter awaits the blocking client's
-calls too); faults are played by a proxy between client and server (tests.helpers.http_proxy).
+calls too), and the distribution installs and works alone. Its retries and connections under
+faults are in ``tests/e2e/test_client_retries.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
-from typing import Any
 
 import pytest
 from sherdlock_client import (
     AlreadySpent,
-    AnswerLost,
     AsyncClient,
     AuthenticationFailed,
     Balance,
@@ -24,14 +22,11 @@ from sherdlock_client import (
     InsufficientFunds,
     Invalid,
     MaxTokensExceeded,
-    NewToken,
     NoExactMatch,
     NotFound,
     NotLocked,
     Output,
     PermissionDenied,
-    RateLimited,
-    Retry,
     RetryPolicy,
     Strategy,
     TxIdConflict,
@@ -39,49 +34,8 @@ from sherdlock_client import (
     ValueNotConserved,
 )
 
-from tests.e2e.servers import web_server
 from tests.e2e.test_serve import free_port
-from tests.helpers.http_proxy import DROP_ANSWER, answer, fault_proxy
-
-
-@pytest.fixture
-def server(subprocess_env, tmp_path) -> Iterator[str]:
-    with web_server(subprocess_env, tmp_path / "web.log") as served:
-        yield served.base
-
-
-def api_key(**rights: Any) -> str:
-    from clients.models import ApiKey
-
-    wallets = ["alice", "bob", "carol", "dave"]
-    _, raw = ApiKey.objects.create_key(
-        name="client", wallets=wallets, can_issue=True, can_select=True, **rights
-    )
-    return raw
-
-
-class Awaited:
-    """Either client behind one awaitable surface: listings come back as lists."""
-
-    def __init__(self, client: Client | AsyncClient) -> None:
-        self.client = client
-
-    def __getattr__(self, name: str):
-        method = getattr(self.client, name)
-
-        async def call(*args, **kwargs):
-            result = method(*args, **kwargs)
-            if isinstance(result, Iterator):
-                return list(result)
-            if isinstance(result, AsyncIterator):
-                return [item async for item in result]
-            return await result if inspect.isawaitable(result) else result
-
-        return call
-
-
-def mint(wallet: str, currency: str, *quantities: int, tx: str = "mint") -> list[NewToken]:
-    return [NewToken(f"{tx}-{wallet}", i, wallet, currency, q) for i, q in enumerate(quantities)]
+from tests.helpers.client import Awaited, api_key, clients, mint
 
 
 async def scenario(api: Awaited, base: str, key: str) -> None:
@@ -214,10 +168,6 @@ async def scenario(api: Awaited, base: str, key: str) -> None:
     assert [b.currency for b in alice.balances] == ["EUR"] and alice["EUR"].unspent == 100
 
 
-def clients(base: str, key: str, variant: str, **options: Any) -> Client | AsyncClient:
-    return (Client if variant == "sync" else AsyncClient)(base, key, **options)
-
-
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("variant", ["sync", "async"])
 def test_every_method_against_a_live_server(server, variant):
@@ -248,91 +198,6 @@ def test_both_variants_have_the_same_methods():
         }
 
     assert surface(Client) == surface(AsyncClient)
-
-
-@pytest.mark.timeout(240)
-@pytest.mark.parametrize("variant", ["sync", "async"])
-def test_retries_follow_the_protocol(server, variant):
-    key = api_key()
-    retries: list[Retry] = []
-    pauses: list[float] = []
-
-    async def pause(seconds: float) -> None:
-        pauses.append(seconds)
-
-    async def run() -> None:
-        with fault_proxy(server) as proxy:
-            client = clients(proxy.base, key, variant, on_retry=retries.append)
-            # The pauses are recorded, not slept; what the client waits for is checked.
-            client._sleep = pauses.append if variant == "sync" else pause
-            api = Awaited(client)
-            await api.issue(mint("alice", "USD", *range(1, 21)))
-
-            # 429 and 503: sent again after Retry-After, stretched by jitter.
-            proxy.plan(answer(429, "rate_limited", retry_after="1"))
-            first = await api.select("r-1", "alice", "USD", 10)
-            assert first.created
-            assert [(r.reason, r.number) for r in retries] == [("rate_limited", 1)]
-            assert 1.0 <= pauses[-1] == retries[-1].delay <= 1.25
-            proxy.plan(*[answer(503, "database_unavailable", retry_after="2")] * 2)
-            assert (await api.balances("alice"))["USD"].locked == first.total
-            assert [r.reason for r in retries[1:]] == ["database_unavailable"] * 2
-            assert [r.number for r in retries[1:]] == [1, 2]
-            assert all(2.0 <= p <= 2.5 for p in pauses[1:])
-
-            # A select whose answer is lost is sent again: one selection, answered as a repeat.
-            retries.clear()
-            proxy.plan(DROP_ANSWER)
-            second = await api.select("r-2", "alice", "USD", 10)
-            assert not second.created  # the lost first answer had made it
-            assert [r.reason for r in retries] == ["answer_lost"]
-            assert [s.tx_id for s in await api.selections(wallet="alice")] == ["r-2", "r-1"]
-            held = await api.locks(wallet="alice")
-            assert sorted(lock.spender_tx_id for lock in held) == sorted(
-                ["r-1"] * first.inputs + ["r-2"] * second.inputs
-            )
-            assert (await api.balances("alice"))["USD"].locked == first.total + second.total
-
-            # So are spend, release and extend; issuing is not (a repeat answers created=0).
-            for call in (
-                api.extend("r-1", 300),
-                api.release("r-1"),
-                api.spend("r-2", [Output(0, "bob", "USD", second.total)]),
-            ):
-                retries.clear()
-                proxy.plan(DROP_ANSWER)
-                await call
-                assert [r.reason for r in retries] == ["answer_lost"]
-            assert (await api.selection("r-1")).status == "released"
-            assert (await api.selection("r-2")).status == "spent"
-            retries.clear()
-            proxy.plan(DROP_ANSWER)
-            with pytest.raises(AnswerLost):
-                await api.issue(mint("carol", "USD", 5))
-            assert retries == []
-            assert (await api.issue(mint("carol", "USD", 5))).created == 0
-
-            # funds_locked is retried after the server's hint when the caller asks, up to the
-            # policy's most attempts.
-            await api.issue(mint("dave", "USD", 10))
-            await api.select("held", "dave", "USD", 10)
-            retries.clear()
-            with pytest.raises(FundsLocked):
-                await api.select("r-4", "dave", "USD", 5)
-            assert retries == []
-            with pytest.raises(FundsLocked):
-                await api.select("r-4", "dave", "USD", 5, retry_locked_for=1000)
-            assert [r.reason for r in retries] == ["funds_locked"] * 5
-            retries.clear()
-
-            # A pause past the call's deadline is not taken: the refusal is raised.
-            proxy.plan(answer(429, "rate_limited", retry_after="5"))
-            with pytest.raises(RateLimited) as limited:
-                await api.select("r-3", "alice", "USD", 1, retry_for=1)
-            assert limited.value.retry_after == 5 and retries == []
-            await api.close()
-
-    asyncio.run(run())
 
 
 # Run by the fresh virtualenv's Python: the client alone, against the server at argv[1].
@@ -384,28 +249,3 @@ def test_the_client_distribution_installs_and_works_alone(server, tmp_path):
         [python, "-c", ALONE, server, api_key()], capture_output=True, text=True, cwd=tmp_path
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
-
-
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("variant", ["sync", "async"])
-def test_an_idle_connection_the_server_closed_is_not_used(server, variant):
-    """Issuing is not sent again after a lost answer: it must not go out on a dead connection."""
-    key = api_key()
-
-    async def run() -> None:
-        client = clients(server, key, variant, on_retry=retried.append)
-        api = Awaited(client)
-        await api.issue(mint("alice", "USD", 1))
-        (idle,) = client._pool._idle
-        # The web server closes a kept-alive connection that stays idle (its keepalive).
-        for _ in range(600):
-            if idle.dropped():
-                break
-            await asyncio.sleep(0.05)
-        assert idle.dropped()
-        assert (await api.issue(mint("alice", "USD", 1, 2, tx="more"))).created == 2
-        assert retried == [] and client.connections_opened == 2
-        await api.close()
-
-    retried: list[Retry] = []
-    asyncio.run(run())
