@@ -1,24 +1,29 @@
 """Operator admin for the lock table, selections and the audit trail; read-only by permission.
 
 Importing this module (Django's admin autodiscovery does) also registers the token admin,
-``locks.admin_tokens``: it shows each token's lock, which only this app knows.
+``locks.admin_tokens``: it shows each token's lock, which only this app knows. The lock and
+selection changelists' filters are in ``locks.admin_filters``.
 """
 
 from __future__ import annotations
-
-from datetime import timedelta
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.db import DatabaseError
 from django.db.models import Count, OuterRef, Q, Subquery
-from django.db.models.functions import Now
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from common.pagination import EstimatedCountPaginator
 from locks import admin_tokens  # noqa: F401  (registers the token admin)
+from locks.admin_filters import (
+    AgeFilter,
+    LeaseFilter,
+    LockCurrencyFilter,
+    LockStateFilter,
+    LockWalletFilter,
+)
 from locks.admin_views import force_release_view
 from locks.models import FailedSelection, HousekeepingRun, LockAudit, Selection, TokenLock
 from locks.operator import release_audited
@@ -44,81 +49,6 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
-
-
-class InputFilter(admin.SimpleListFilter):
-    """A free-text filter: a box instead of one link per distinct value."""
-
-    template = "admin/input_filter.html"
-    free_text = True  # any value is matched against the data (see config.admin_site)
-
-    def lookups(self, request, model_admin):
-        return [("", "")]  # one placeholder so the filter is rendered
-
-    def choices(self, changelist):
-        # The form submits only this box: carry every other parameter along as hidden inputs.
-        yield {
-            "value": self.value() or "",
-            "hidden": [(k, v) for k, v in changelist.params.items() if k != self.parameter_name],
-            "clear_url": changelist.get_query_string(remove=[self.parameter_name]),
-        }
-
-
-class LockWalletFilter(InputFilter):
-    title = "wallet"
-    parameter_name = "wallet"
-
-    def queryset(self, request, queryset):
-        if self.value():
-            return queryset.filter(wallet_q(self.value().strip(), prefix="token__"))
-        return queryset
-
-
-class LockCurrencyFilter(CurrencyFilter):
-    field = "token__currency"
-
-
-class LockStateFilter(admin.SimpleListFilter):
-    title = "state"
-    parameter_name = "state"
-
-    def lookups(self, request, model_admin):
-        return [("live", "live"), ("expired", "expired"), ("spent", "token spent")]
-
-    def queryset(self, request, queryset):
-        if self.value() == "live":
-            return queryset.filter(expires_at__gt=Now(), token__spent_at__isnull=True)
-        if self.value() == "expired":
-            return queryset.filter(expires_at__lte=Now(), token__spent_at__isnull=True)
-        if self.value() == "spent":
-            return queryset.filter(token__spent_at__isnull=False)
-        return queryset
-
-
-AGE_BUCKETS = {
-    "10s": ("under 10 s", None, timedelta(seconds=10)),
-    "1m": ("10 s to 1 min", timedelta(seconds=10), timedelta(minutes=1)),
-    "10m": ("1 to 10 min", timedelta(minutes=1), timedelta(minutes=10)),
-    "old": ("over 10 min", timedelta(minutes=10), None),
-}
-
-
-class AgeFilter(admin.SimpleListFilter):
-    title = "age"
-    parameter_name = "age"
-
-    def lookups(self, request, model_admin):
-        return [(key, label) for key, (label, _, _) in AGE_BUCKETS.items()]
-
-    def queryset(self, request, queryset):
-        if self.value() not in AGE_BUCKETS:
-            return queryset
-        _, youngest, oldest = AGE_BUCKETS[self.value()]
-        if youngest is not None:
-            queryset = queryset.filter(created_at__lte=Now() - youngest)
-        if oldest is not None:
-            queryset = queryset.filter(created_at__gt=Now() - oldest)
-        return queryset
 
 
 def token_link(token: Token) -> str:
@@ -193,29 +123,6 @@ class TokenLockAdmin(ReadOnlyAdmin):
     @admin.action(description="Force release selected locks", permissions=["release"])
     def force_release(self, request, queryset):
         return force_release_view(self, request, queryset)
-
-
-class LeaseFilter(admin.SimpleListFilter):
-    title = "lease"
-    parameter_name = "lease"
-
-    def lookups(self, request, model_admin):
-        return [
-            ("live", "live"),
-            ("expired", "expired"),
-            ("spent", "spent"),
-            ("released", "released"),
-        ]
-
-    def queryset(self, request, queryset):
-        locked = Q(status=Selection.Status.LOCKED)
-        if self.value() == "live":
-            return queryset.filter(locked, expires_at__gt=Now())
-        if self.value() == "expired":
-            return queryset.filter(locked & (Q(expires_at__lte=Now()) | Q(expires_at__isnull=True)))
-        if self.value() in ("spent", "released"):
-            return queryset.filter(status=self.value())
-        return queryset
 
 
 class SelectionChangeList(ChangeList):
