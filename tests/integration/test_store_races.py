@@ -1,0 +1,230 @@
+"""The PostgreSQL token store against other sessions: the races its statements must survive.
+
+A race is forced, not hoped for: another session holds a row, or a statement is paused at a
+gate after its snapshot while another commits. A replica that comes late, after a spend, finds
+nothing to take over either.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import psycopg
+import pytest
+from django.utils import timezone
+from psycopg.rows import dict_row
+
+from locks.models import TokenLock
+from locks.sql import locking
+from locks.store import PostgresTokenStore
+from sherdlock import Candidate, Claim
+from tests.factories import make_lock, make_token, make_tokens
+from tests.helpers.claims import KEY, claim
+from tokens.models import Token
+
+
+def _connect(url: str) -> psycopg.Connection:
+    return psycopg.connect(url, autocommit=True)
+
+
+def _wait_until_blocked(observer: psycopg.Connection, pid: int, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = observer.execute(
+            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+        if row and row[0] == "Lock":
+            return
+        time.sleep(0.01)
+    raise AssertionError("the statement never blocked: the interleaving was not forced")
+
+
+FETCH = locking.LOCK_STATEMENTS[locking.LockStatement("random")]
+FRESH_FETCH = locking.LOCK_STATEMENTS[locking.LockStatement("random", contested=True)]
+TRY_LOCK = locking.LOCK_STATEMENTS[locking.LockStatement("given")]
+
+# A stand-in for random() that waits at a gate: FETCH_AND_LOCK calls random() for its pivot
+# while executing, i.e. after the statement's snapshot is taken and before the candidate scan.
+GATE_SQL = """
+CREATE OR REPLACE FUNCTION public.random() RETURNS double precision
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(4242);
+    RETURN pg_catalog.random();
+END $$
+"""
+
+
+def gated_fetch(db_url, statement: str, locked_meanwhile: int, need: int = 10) -> dict:
+    """Run ``statement`` for ``need`` of alice's USD, paused after its snapshot was taken.
+
+    While it waits, another replica locks ``locked_meanwhile`` with the real TRY_LOCK statement
+    and commits; then the fetch goes on and its row is returned, by column name.
+    """
+    admin, replica, other, observer = (_connect(db_url) for _ in range(4))
+    try:
+        admin.execute(GATE_SQL)
+        admin.execute("BEGIN")
+        admin.execute("SELECT pg_advisory_xact_lock(4242)")  # close the gate
+        # Only the replica resolves random() to the gated stand-in.
+        replica.execute("SET search_path = public, pg_catalog")
+        replica.row_factory = dict_row  # rows by column name
+        result: dict[str, object] = {}
+
+        def run_fetch() -> None:
+            try:
+                result["row"] = replica.execute(
+                    statement,
+                    {
+                        "wallet": "alice",
+                        "currency": "USD",
+                        "tx_id": "tx-replica",
+                        "fence": 2,
+                        "need": need,
+                        "limit": 8,
+                        "lease": 30.0,
+                        "synchronous_commit": None,
+                        "spare": True,
+                    },
+                ).fetchone()
+            except Exception as exc:  # surfaced by the assertion below
+                result["error"] = exc
+
+        worker = threading.Thread(target=run_fetch)
+        worker.start()
+        _wait_until_blocked(observer, replica.info.backend_pid)
+        granted = other.execute(
+            TRY_LOCK,
+            {
+                "token_ids": [locked_meanwhile],
+                "tx_id": "tx-other",
+                "fence": 1,
+                "lease": 30.0,
+                "wallet": "alice",
+                "currency": "USD",
+                "synchronous_commit": None,
+            },
+        ).fetchone()
+        assert granted[1] == [locked_meanwhile]
+        admin.execute("COMMIT")  # open the gate
+        worker.join(10)
+        assert not worker.is_alive()
+        assert "error" not in result, result.get("error")
+        return result["row"]
+    finally:
+        admin.execute("ROLLBACK") if admin.info.transaction_status else None
+        admin.execute("DROP FUNCTION IF EXISTS public.random()")
+        for conn in (admin, replica, other, observer):
+            conn.close()
+
+
+def test_a_contested_fetch_passes_over_a_lock_committed_after_its_snapshot(db_url):
+    """Race 1, on a contested wallet: each token is taken as of the moment it is locked.
+
+    Both tokens are free in the fetch's snapshot; one is locked and committed before the fetch
+    reads its batch. Asked for both, the walk looks at each: it never offers the lost one to
+    its insert, and takes the other, one lock attempt for one lock.
+    """
+    lost, free = make_token(quantity=10), make_token(quantity=10)
+    row = gated_fetch(db_url, FRESH_FETCH, lost.pk, need=20)
+    assert (row["granted_ids"], row["attempted"]) == ([free.pk], 1)
+    # The token passed over is taken: not offered back to the cache.
+    assert not row["spare_ids"]
+    locks = {lock.token_id: lock.spender_tx_id for lock in TokenLock.objects.all()}
+    assert locks == {lost.pk: "tx-other", free.pk: "tx-replica"}
+
+
+def test_lock_committed_after_the_candidate_snapshot_is_reported_not_locked(db_url):
+    """Race 1: the candidate read names a token whose lock row commits after its snapshot.
+
+    The replica's FETCH_AND_LOCK is paused after its snapshot is taken and before its candidate
+    scan runs; meanwhile another replica locks the token with the real TRY_LOCK statement and
+    commits. The replica's anti-join (old snapshot) then passes the token as a candidate.
+    """
+    token = make_token(quantity=10)
+    row = gated_fetch(db_url, FETCH, token.pk)
+    assert (row["granted_ids"], row["attempted"]) == (None, 1)  # chosen, then lost to the other
+    lock = TokenLock.objects.get(pk=token.pk)
+    assert (lock.spender_tx_id, lock.fence) == ("tx-other", 1)
+
+
+def test_stale_cache_cannot_lock_a_token_whose_spend_is_in_flight_or_committed(db_url):
+    """Race 2: a spend commits between a replica's read (its cache) and its lock insert."""
+    token = make_token(quantity=10)
+    store = PostgresTokenStore(lease=30)
+    cached = [Candidate(token.pk, 10)]  # what the replica read before the spend
+    spender = _connect(db_url)
+    try:
+        spender.execute("BEGIN")
+        spender.execute("SELECT id FROM tokens_token WHERE id = %s FOR UPDATE", (token.pk,))
+        spender.execute(
+            "UPDATE tokens_token SET spent_by = 'tx-spend', spent_at = now() WHERE id = %s",
+            (token.pk,),
+        )
+        # A spend that also removes the lock row: the insert must still refuse the token.
+        spender.execute("DELETE FROM locks_tokenlock WHERE token_id = %s", (token.pk,))
+        started = time.monotonic()
+        in_flight = store.try_lock(claim("tx-stale", 5), cached)
+        assert in_flight.granted == []
+        assert time.monotonic() - started < 2  # skipped, not waited for
+        spender.execute("COMMIT")
+        assert store.try_lock(claim("tx-stale", 5), cached).granted == []
+        assert not TokenLock.objects.filter(pk=token.pk).exists()
+    finally:
+        spender.close()
+
+
+def test_expired_lease_of_a_spent_token_is_never_taken_over(db_url):
+    token = make_token(quantity=10)
+    make_lock(token, "tx-spend", ttl=-5)
+    Token.objects.filter(pk=token.pk).update(
+        spent_by="tx-spend", spent_at=timezone.now() - timedelta(seconds=1)
+    )
+    store = PostgresTokenStore(lease=30)
+    assert store.try_lock(claim("tx-late", 8), [Candidate(token.pk, 10)]).granted == []
+    assert store.fetch_and_lock(claim("tx-late", 8, 10), 4).granted == []
+    assert TokenLock.objects.get(pk=token.pk).spender_tx_id == "tx-spend"
+
+
+def test_concurrent_fetches_skip_each_others_rows_instead_of_waiting(db_url):
+    make_tokens(6, quantity=1)
+    holder = _connect(db_url)
+    try:
+        holder.execute("BEGIN")
+        held = [
+            row[0]
+            for row in holder.execute(
+                "SELECT id FROM tokens_token ORDER BY id LIMIT 3 FOR UPDATE"
+            ).fetchall()
+        ]
+        result = PostgresTokenStore(lease=30).fetch_and_lock(claim("tx", 1, 6), 10)
+        assert {c.token_id for c in result.granted}.isdisjoint(held)
+        assert len(result.granted) == 3 and result.conflicts == 3
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+@pytest.mark.parametrize("need", [25, 35])
+def test_a_contested_take_passes_over_a_token_being_taken_and_stops_at_its_batch_end(db_url, need):
+    # Four free tokens of 10 in the snapshot; another transaction holds one's row, as a lock
+    # insert does until it commits. The take steps past it to the other three.
+    tokens = make_tokens(4, quantity=10)
+    holder = _connect(db_url)
+    try:
+        holder.execute("BEGIN")
+        holder.execute("SELECT id FROM tokens_token WHERE id = %s FOR UPDATE", [tokens[1].pk])
+        result = PostgresTokenStore(lease=30).fetch_and_lock(
+            Claim("tx-1", KEY, need, 1, contested=True), 64
+        )
+        others = {t.pk for t in tokens} - {tokens[1].pk}
+        taken = {c.token_id for c in result.granted}
+        assert set(TokenLock.objects.values_list("token_id", flat=True)) == taken
+        # Three of 10 cover 25; for 35 the take gets all three it can and ends with its batch
+        # (the selector refetches for the rest). Passed-over tokens are not offered: no conflict.
+        assert taken == others and result.conflicts == 0 and result.shortfall is None
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
