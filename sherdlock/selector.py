@@ -47,8 +47,8 @@ class Selector:
         # When this replica last selected from each wallet/currency, by a fetch or from its
         # queue: a key selected from again within the cache ttl is in demand here, worth a full
         # batch and a queue of what it leaves.
-        self._fetched: OrderedDict[WalletKey, float] = OrderedDict()
-        self._fetched_lock = threading.Lock()
+        self._last_selected: OrderedDict[WalletKey, float] = OrderedDict()
+        self._lock = threading.Lock()  # for the stamps above and for adding an ordered cache
         # Candidates read in quantity order, per order: kept apart from the random queues,
         # whose order would defeat the strategies that read them. Holds stay in `_cache`.
         self._ordered: dict[str, TokenCache] = {}
@@ -206,7 +206,7 @@ class Selector:
             return self._cache
         cache = self._ordered.get(order)
         if cache is None:
-            with self._fetched_lock:
+            with self._lock:
                 cache = self._ordered.setdefault(
                     order, TokenCache(self._cache.ttl, self._cache.max_wallets, self._clock)
                 )
@@ -354,11 +354,11 @@ class Selector:
     def _selected(self, key: WalletKey) -> float | None:
         """Stamp `key` as selected from now (the latest `cache_max_wallets`); return the last."""
         now = self._clock()
-        with self._fetched_lock:
-            last = self._fetched.pop(key, None)
-            self._fetched[key] = now
-            if len(self._fetched) > self._config.cache_max_wallets:
-                self._fetched.popitem(last=False)
+        with self._lock:
+            last = self._last_selected.pop(key, None)
+            self._last_selected[key] = now
+            if len(self._last_selected) > self._config.cache_max_wallets:
+                self._last_selected.popitem(last=False)
         return last
 
     def _accept(
