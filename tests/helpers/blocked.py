@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tests.helpers.processes import wait_for
+
+if TYPE_CHECKING:
+    import psycopg
 
 
 def wait_until_blocked(pid: int, lock: str | None = None) -> None:
@@ -23,3 +28,19 @@ def wait_until_blocked(pid: int, lock: str | None = None) -> None:
         return row is not None and row[0] == "Lock" and lock in (None, row[1])
 
     wait_for(blocked, f"session {pid} to wait for a {lock or 'lock'}")
+
+
+def seen_blocked(observer: psycopg.Connection, pid: int) -> None:
+    """Wait until session ``pid`` waits for a lock, as an autocommit ``observer`` sees it.
+
+    For a test whose own connection is inside a transaction, where ``pg_stat_activity`` would
+    answer the snapshot it took first, not the session's state now.
+    """
+
+    def blocked() -> bool:
+        row = observer.execute(
+            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+        return row is not None and row[0] == "Lock"
+
+    wait_for(blocked, f"session {pid} to wait for a lock: the interleaving was not forced")

@@ -21,24 +21,13 @@ from locks.sql import locking
 from locks.store import PostgresTokenStore
 from sherdlock import Candidate, Claim
 from tests.factories import make_lock, make_token, make_tokens
+from tests.helpers.blocked import seen_blocked
 from tests.helpers.claims import KEY, claim
 from tokens.models import Token
 
 
 def _connect(url: str) -> psycopg.Connection:
     return psycopg.connect(url, autocommit=True)
-
-
-def _wait_until_blocked(observer: psycopg.Connection, pid: int, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        row = observer.execute(
-            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
-        ).fetchone()
-        if row and row[0] == "Lock":
-            return
-        time.sleep(0.01)
-    raise AssertionError("the statement never blocked: the interleaving was not forced")
 
 
 FETCH = locking.LOCK_STATEMENTS[locking.LockStatement("random")]
@@ -94,7 +83,7 @@ def gated_fetch(db_url, statement: str, locked_meanwhile: int, need: int = 10) -
 
         worker = threading.Thread(target=run_fetch)
         worker.start()
-        _wait_until_blocked(observer, replica.info.backend_pid)
+        seen_blocked(observer, replica.info.backend_pid)
         granted = other.execute(
             TRY_LOCK,
             {

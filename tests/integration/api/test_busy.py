@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 import psycopg
 import pytest
@@ -18,6 +17,7 @@ from django.db import DataError, OperationalError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from common import db
+from tests.helpers.blocked import seen_blocked
 from tests.helpers.processes import database_url
 from tokens.models import Token
 
@@ -26,18 +26,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def _other() -> psycopg.Connection:
     return psycopg.connect(database_url(connection.settings_dict), autocommit=True)
-
-
-def _wait_until_blocked(observer: psycopg.Connection, pid: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        row = observer.execute(
-            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
-        ).fetchone()
-        if row and row[0] == "Lock":
-            return
-        time.sleep(0.01)
-    raise AssertionError("the statement never blocked: the interleaving was not forced")
 
 
 def _assert_busy(response, caplog) -> None:
@@ -142,7 +130,7 @@ def _deadlock(run) -> list[object]:
         thread = threading.Thread(target=app)
         thread.start()
         assert ready.wait(30)
-        _wait_until_blocked(observer, pid[0])
+        seen_blocked(observer, pid[0])
         # Returns once PostgreSQL has cancelled the statement (its deadlock check runs first).
         other.execute("SELECT pg_advisory_xact_lock(%s)", (FIRST,))
         other.execute("COMMIT")
