@@ -67,7 +67,7 @@ class Claim:
     contested: bool = False
     # Whether the caller keeps the rows a fetch reads but does not lock (FetchResult.spare):
     # a replica keeps no queue of a contested key (sherdlock.cache), nor of one it has not
-    # fetched from lately (a cold one), so a store may leave them out of its answer.
+    # selected from lately (a cold one), so a store may leave them out of its answer.
     spare: bool = True
 
     @property

@@ -1,6 +1,6 @@
-"""Make a wallet warm for a replica: one it has fetched from lately, so that it keeps a queue.
+"""Make a wallet warm for a replica: one it has selected from lately, so that it keeps a queue.
 
-A replica keeps the rows a fetch did not lock only for a wallet it fetched from within its
+A replica keeps the rows a fetch did not lock only for a wallet it selected from within its
 cache's life (``sherdlock.Selector``): the first fetch of a wallet leaves no queue. Tests that
 watch a queue warm the wallet first, leaving no queue and no lock behind.
 """
