@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bench import reference_rounds
 from bench.strategies import BASELINES, OURS, REFERENCE
 
 BEGIN = "<!-- figures: written by `python -m bench.figures` from bench/results/baseline.json -->"
@@ -39,6 +40,7 @@ def table(data: dict) -> str:
     """Render ours against the reference and the best baseline at every point, then targets."""
     index = {(p["workload"], p["replicas"], p["strategy"]): p for p in data["points"]}
     keys = sorted({(w, r) for w, r, _ in index}, key=lambda key: (key[0], key[1]))
+    measured = reference_rounds.pairs(data["points"], data.get("reference_rounds"))
     lines = [
         "| workload | replicas | ours sel/s | ours ÷ reference | best baseline | its sel/s "
         "| ours ÷ best | ours p99 ms | reference p99 ms | lowest baseline p99 ms "
@@ -59,9 +61,13 @@ def table(data: dict) -> str:
             default=None,
         )
         reference = index.get((workload, replicas, REFERENCE))
+        # Ours ÷ the reference: the median of the rounds' ratios (one round: that ratio).
+        found = measured.get((workload, replicas), [])
+        against = reference_rounds.median_of(reference_rounds.ratios(found, _rate))
         mine, theirs = _rate(ours), _rate(baselines.get(best)) if best else None
         lines.append(
-            f"| {workload} | {replicas} | {_num(mine)} | {_ratio(mine, _rate(reference))} "
+            f"| {workload} | {replicas} | {_num(mine)} "
+            f"| {'-' if against is None else f'{against:.2f}x'} "
             f"| {best or '-'} | {_num(theirs)} | {_ratio(mine, theirs)} | {_num(_p99(ours), 1)} "
             f"| {_num(_p99(reference), 1)} | {_num(_p99(lowest), 1)} "
             f"| {_num(None if ours is None else ours.get('attempts_per_locked_token'), 2)} |"

@@ -56,6 +56,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "table and housekeep, as a quiet spell after a burst leaves it (default 0: start from "
         "an empty one)",
     )
+    parser.add_argument(
+        "--reference-rounds",
+        type=int,
+        default=3,
+        metavar="N",
+        help="measure ours and the reference N times at each point where both run, "
+        "alternating which goes first, and judge the median ratio (default 3; 1: once, in "
+        "the pass over every strategy; see bench.reference_rounds)",
+    )
     parser.add_argument("--spread-wallets", type=int, default=1000)
     parser.add_argument("--spread-tokens", type=int, default=100, help="tokens per wallet")
     parser.add_argument("--hot-wallet-tokens", type=int, default=1000)
@@ -201,6 +210,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             args.database = f"{database.DEFAULT_NAME}_p{args.partitions}"
     if args.quiet_spell < 0:
         parser.error("--quiet-spell must not be negative")
+    if args.reference_rounds < 1:
+        parser.error("--reference-rounds must be at least 1")
     if not args.replicas or min(args.replicas) < 1 or args.duration <= 0:
         parser.error("need positive replica counts and duration")
     if args.housekeeping_duration <= 0:

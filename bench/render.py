@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from bench import client_cpu, cpu, selection_strategies, web_server
-from bench.strategies import ALL, BASELINES, HTTP, OURS, REFERENCE
+from bench import client_cpu, cpu, reference_rounds, selection_strategies, web_server
+from bench.strategies import ALL, BASELINES, HTTP, OURS
+from bench.target_record import STEADY, p99
 
 
 def _num(value: float | None, digits: int = 1) -> str:
@@ -49,44 +50,52 @@ def selection_table(points: list[dict]) -> list[str]:
     return lines
 
 
-def reference_table(points: list[dict]) -> list[str]:
-    """Ours ÷ the reference at every point where both ran: selections/s and p99."""
-    index = {(p["workload"], p["replicas"], p["strategy"]): p for p in points}
-    pairs = sorted(
-        (key[:2], index[(*key[:2], OURS)], p)
-        for key, p in index.items()
-        if key[2] == REFERENCE and (*key[:2], OURS) in index
-    )
-    if not pairs:
+def reference_table(points: list[dict], rounds: list[dict] | None = None) -> list[str]:
+    """Ours ÷ the reference at every point where both ran: selections/s and p99.
+
+    Each figure is the median over the point's rounds (``bench.reference_rounds``), each ratio
+    the median of the rounds' ratios; the last column lists the rounds' selections/s ratios.
+    """
+    measured = reference_rounds.pairs(points, rounds)
+    if not measured:
         return []
-
-    def ratio(mine: float | None, theirs: float | None) -> str:
-        return _num(mine / theirs, 2) if mine and theirs else "-"
-
+    counts = sorted({len(found) for found in measured.values()})
     head = (
         f"  {'workload':<11}{'R':>3}  {'ours sel/s':>11}{'ref sel/s':>10}{'ratio':>7}"
         f"{'ours p99':>10}{'ref p99':>9}{'ratio':>7}{'steady p99 ratio':>18}"
+        f"  {'sel/s ratio by round'}"
     )
     lines = [
         "",
         "Ours ÷ reference, the strongest simple design (a hand-written one-statement selector"
         " with the same guarantees, on minimal tables of its own; steady = after the first"
-        " second):",
+        f" second; medians of {' or '.join(map(str, counts))} rounds):",
         head,
     ]
-    for (workload, replicas), ours, reference in pairs:
-        mine, theirs = ours.get("latency_ms", {}), reference.get("latency_ms", {})
-        steady_mine = ours.get("latency_after_first_second_ms", {}).get("p99")
-        steady_theirs = reference.get("latency_after_first_second_ms", {}).get("p99")
+    for (workload, replicas), found in measured.items():
+        ours, theirs = [pair[0] for pair in found], [pair[1] for pair in found]
+
+        def median(points: list[dict], figure) -> str:
+            return _num(reference_rounds.median_of([figure(p) for p in points]))
+
+        def ratio(figure, found=found) -> str:
+            return _num(reference_rounds.median_of(reference_rounds.ratios(found, figure)), 2)
+
+        by_round = " ".join(_num(r, 2) for r in reference_rounds.ratios(found, _rate))
         lines.append(
-            f"  {workload:<11}{replicas:>3}  {_num(ours.get('selections_per_s')):>11}"
-            f"{_num(reference.get('selections_per_s')):>10}"
-            f"{ratio(ours.get('selections_per_s'), reference.get('selections_per_s')):>7}"
-            f"{_num(mine.get('p99')):>10}{_num(theirs.get('p99')):>9}"
-            f"{ratio(mine.get('p99'), theirs.get('p99')):>7}"
-            f"{ratio(steady_mine, steady_theirs):>18}"
+            f"  {workload:<11}{replicas:>3}  {median(ours, _rate):>11}{median(theirs, _rate):>10}"
+            f"{ratio(_rate):>7}{median(ours, p99):>10}{median(theirs, p99):>9}{ratio(p99):>7}"
+            f"{ratio(_steady):>18}  {by_round}"
         )
     return lines
+
+
+def _rate(point: dict) -> float | None:
+    return point.get("selections_per_s")
+
+
+def _steady(point: dict) -> float | None:
+    return p99(point, STEADY)
 
 
 def http_table(pairs: list[dict]) -> list[str]:
@@ -261,7 +270,7 @@ def target_lines(targets: list[dict]) -> list[str]:
 def render(data: dict) -> str:
     """Return the whole report as text."""
     lines = selection_table(data["points"])
-    lines += reference_table(data["points"])
+    lines += reference_table(data["points"], data.get("reference_rounds"))
     lines += http_table(data.get("http") or [])
     lines += client_cpu.describe(data.get("client_cpu"))
     lines += housekeeping_table(data.get("housekeeping"))

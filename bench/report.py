@@ -86,6 +86,9 @@ def problems(data: dict) -> list[str]:
         if p["strategy"] == FLOOR:
             continue  # pgbench clients are not our code: a client that dies strands its locks
         found += _point_problems(f"{p['workload']} R={p['replicas']} {p['strategy']}", p)
+    for p in data.get("reference_rounds") or []:
+        where = f"{p['workload']} R={p['replicas']} {p['strategy']} round {p['round']}"
+        found += _point_problems(where, p)
     for pair in data.get("http") or []:
         for side in ("library", "http"):
             p = pair[side]
@@ -136,6 +139,7 @@ def build(
         "config": {k: (str(v) if isinstance(v, os.PathLike) else v) for k, v in config.items()},
         "elapsed_s": round(elapsed, 1),
         "points": points,
+        "reference_rounds": sections.get("reference_rounds") or [],
         "http": sections.get("http", []),
         "client_cpu": sections.get("client_cpu"),
         "housekeeping": sections.get("housekeeping"),

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import books, cpu, database, strategies
+from bench import books, cpu, database, reference_rounds, strategies
 from bench.options import parse_args
 from bench.quiet_spell import quiet_spell
 from bench.workloads import Workload, hot_tokens, hot_wallet, spread
@@ -181,29 +181,50 @@ class Harness:
         }
 
 
-def run_points(harness: Harness, workloads: list[Workload], names: list[str]) -> list[dict]:
-    """Measure every (workload, replicas, strategy) point, printing progress."""
-    args, points = harness.args, []
-    total = len(workloads) * len(args.replicas) * len(names)
+def run_points(
+    harness: Harness, workloads: list[Workload], names: list[str]
+) -> tuple[list[dict], list[dict]]:
+    """Measure every (workload, replicas, strategy) point, printing progress.
+
+    Return the points and those of the reference's later rounds (``bench.reference_rounds``),
+    measured right after each workload's pass while its data is seeded.
+    """
+    args, points, rounds = harness.args, [], []
+    both = {strategies.OURS, strategies.REFERENCE} <= set(names)
+    later = args.reference_rounds - 1 if both else 0
+    total = len(workloads) * len(args.replicas) * (len(names) + 2 * later)
     if not total:
-        return points
+        return points, rounds
+    done = 0
+
+    def measured(point: dict) -> dict:
+        nonlocal done
+        done += 1
+        latency = point["latency_ms"]
+        used = cpu.describe(point.get("cpu_ms_per_selection", {}))
+        number = point.get(reference_rounds.ROUND)
+        name = point["strategy"] + (f" (round {number})" if number else "")
+        say(
+            f"[{done}/{total}] {point['workload']:<10} R={point['replicas']:<3} "
+            f"{name:<21} {point['selections_per_s'] or 0:>8.1f} sel/s  "
+            f"p50 {latency['p50'] or 0:6.1f} ms  p99 {latency['p99'] or 0:7.1f} ms  "
+            f"cpu ms/sel: {used}  {_faults(point)}"
+        )
+        return point
+
     for workload in workloads:
         say(f"seeding {workload.title} ({len(workload.tokens)} tokens)")
         supply = database.seed(workload.tokens, workload.currency)
         for turn, replicas in enumerate(args.replicas):
             # Rotate the order, so that no strategy always runs first after a reseed.
             for strategy in names[turn % len(names) :] + names[: turn % len(names)]:
-                point = harness.measure(workload, strategy, replicas, supply)
-                points.append(point)
-                latency = point["latency_ms"]
-                used = cpu.describe(point.get("cpu_ms_per_selection", {}))
-                say(
-                    f"[{len(points)}/{total}] {workload.name:<10} R={replicas:<3} "
-                    f"{strategy:<21} {point['selections_per_s'] or 0:>8.1f} sel/s  "
-                    f"p50 {latency['p50'] or 0:6.1f} ms  p99 {latency['p99'] or 0:7.1f} ms  "
-                    f"cpu ms/sel: {used}  {_faults(point)}"
-                )
-    return points
+                points.append(measured(harness.measure(workload, strategy, replicas, supply)))
+        for replicas in args.replicas:
+            for number in range(1, later + 1):
+                for strategy in reference_rounds.order(number):
+                    point = harness.measure(workload, strategy, replicas, supply)
+                    rounds.append(measured({**point, reference_rounds.ROUND: number}))
+    return points, rounds
 
 
 def _faults(point: dict) -> str:
@@ -284,7 +305,7 @@ def _run(args: argparse.Namespace, started: float) -> int:
     harness = Harness(args)
     sections: dict[str, object] = {}
     try:
-        points = run_points(harness, workloads, names)
+        points, sections["reference_rounds"] = run_points(harness, workloads, names)
         if args.selection_strategies:
             sections["selection_strategies"] = selection_strategies.run(
                 args, harness, make_workload, say
@@ -367,13 +388,14 @@ def _measure_again(args: argparse.Namespace, names: list[str], points: dict) -> 
     again.http_replicas = sorted({r for rs in points.get("http", {}).values() for r in rs})
     again.housekeeping, again.chain_payments, again.pgbouncer_replicas = [], 0, 0
     again.selection_strategies = []
+    again.reference_rounds = 1  # a drop is confirmed by one more pass, as it was measured
     harness = Harness(again)
     selection: list[dict] = []
     pairs: list[dict] = []
     try:
         for name, replicas in points.get("selection", {}).items():
             harness.args.replicas = replicas
-            selection += run_points(harness, [make_workload(name, again)], names)
+            selection += run_points(harness, [make_workload(name, again)], names)[0]
         for name, replicas in points.get("http", {}).items():
             again.http_workloads, again.http_replicas = [name], replicas
             pairs += web.run_all(again, harness, make_workload, say)[0]

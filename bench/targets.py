@@ -10,13 +10,15 @@ p99 target, the same ratio over the selections that started after the point's fi
 printed (not judged): how much of the target's p99 is the start.
 Reference, the strongest simple design (``bench.strategies.reference``), at the same points:
 on spread, selections/s at least 0.9x its and p99 at most 1.1x its; on hot-wallet and
-hot-tokens, selections/s at least its and p99 at most its. It is not one of the baselines.
+hot-tokens, selections/s at least its and p99 at most its; each judged on the median of the
+ratios of its rounds (``bench.reference_rounds``). It is not one of the baselines.
 """
 
 from __future__ import annotations
 
+from bench import reference_rounds
 from bench.service_targets import chain_targets, housekeeping_targets, http_targets
-from bench.strategies import BASELINES, OURS, REFERENCE
+from bench.strategies import BASELINES, OURS
 from bench.target_record import STEADY, p99, target
 
 SELECTION_POINTS = (
@@ -126,29 +128,26 @@ def selection_targets(points: list[dict]) -> list[dict]:
     return out
 
 
-def reference_targets(points: list[dict]) -> list[dict]:
-    """Evaluate ours against the reference at each target point."""
-    index = {(p["workload"], p["replicas"], p["strategy"]): p for p in points}
+def reference_targets(points: list[dict], rounds: list[dict] | None = None) -> list[dict]:
+    """Evaluate ours against the reference at each target point: the median of its rounds."""
+    measured_pairs = reference_rounds.pairs(points, rounds)
     out = []
     for workload, replicas in SELECTION_POINTS:
-        ours = index.get((workload, replicas, OURS))
-        reference = index.get((workload, replicas, REFERENCE))
-        measured = ours is not None and reference is not None
+        measured_rounds = measured_pairs.get((workload, replicas), [])
         rate, latency = REFERENCE_RATIOS[workload]
-        mine, theirs = (
-            (ours or {}).get("selections_per_s"),
-            (reference or {}).get("selections_per_s"),
-        )
+        rates = reference_rounds.ratios(measured_rounds, lambda p: p.get("selections_per_s"))
+        p99s = reference_rounds.ratios(measured_rounds, p99)
         out.append(
             target(
                 "reference",
                 f"selections/s >= {rate}x {REFERENCE_NAME}",
                 workload,
                 replicas,
-                mine / theirs if mine and theirs else None,
+                reference_rounds.median_of(rates),
                 rate,
                 at_least=True,
-                measured=measured,
+                note=reference_rounds.described(rates),
+                measured=bool(measured_rounds),
             )
         )
         out.append(
@@ -157,9 +156,10 @@ def reference_targets(points: list[dict]) -> list[dict]:
                 f"p99 <= {latency}x {REFERENCE_NAME}",
                 workload,
                 replicas,
-                p99(ours) / p99(reference) if p99(ours) and p99(reference) else None,
+                reference_rounds.median_of(p99s),
                 latency,
-                measured=measured,
+                note=reference_rounds.described(p99s),
+                measured=bool(measured_rounds),
             )
         )
     return out
@@ -169,7 +169,7 @@ def targets(data: dict) -> list[dict]:
     """Evaluate every target of a report."""
     return (
         selection_targets(data["points"])
-        + reference_targets(data["points"])
+        + reference_targets(data["points"], data.get("reference_rounds"))
         + http_targets(data.get("http") or [])
         + housekeeping_targets(data.get("housekeeping"))
         + chain_targets(data.get("chain"))

@@ -70,6 +70,8 @@ TINY = [
     "hot-wallet",
     "--strategy-replicas",
     "2",
+    "--reference-rounds",
+    "2",
 ]
 REPORT_KEYS = {
     "version",
@@ -78,6 +80,7 @@ REPORT_KEYS = {
     "config",
     "elapsed_s",
     "points",
+    "reference_rounds",
     "http",
     "client_cpu",
     "housekeeping",
@@ -138,6 +141,11 @@ def test_every_strategy_ran_on_every_workload_without_a_double_spend(run):
             continue  # pgbench spends nothing and stops mid-cycle: no books to audit
         assert_sound(point, f"{workload} {strategy}")
         assert point["lock_attempts"] >= point["locked_tokens"] > 0, (workload, strategy)
+    # One later round of ours and the reference per workload, audited like every point.
+    later = {(p["workload"], p["strategy"], p["round"]): p for p in report["reference_rounds"]}
+    assert set(later) == {(w, s, 1) for w in WORKLOADS for s in (OURS, REFERENCE)}
+    for (workload, strategy, _), point in later.items():
+        assert_sound(point, f"{workload} {strategy} round 1")
     assert report["problems"] == []
     assert "targets (reported, not asserted)" in done.stdout
     assert "ours÷" in done.stdout
