@@ -63,7 +63,7 @@ def table(data: dict) -> str:
         reference = index.get((workload, replicas, REFERENCE))
         # Ours ÷ the reference: the median of the rounds' ratios (one round: that ratio).
         found = measured.get((workload, replicas), [])
-        against = reference_rounds.median_of(reference_rounds.ratios(found, _rate))
+        against = reference_rounds.median_ratio(found, _rate)
         mine, theirs = _rate(ours), _rate(baselines.get(best)) if best else None
         lines.append(
             f"| {workload} | {replicas} | {_num(mine)} "

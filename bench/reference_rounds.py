@@ -68,6 +68,11 @@ def median_of(values: list[float | None]) -> float | None:
     return median(present) if present else None
 
 
+def median_ratio(measured: list[Pair], figure: Callable[[dict], float | None]) -> float | None:
+    """The median over the rounds of ours ÷ the reference of ``figure``."""
+    return median_of(ratios(measured, figure))
+
+
 def described(values: list[float | None]) -> str:
     """The rounds' ratios as a target's note says them: "median of 3 rounds: 0.71, 0.75, 0.80"."""
     if len(values) < 2:

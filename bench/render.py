@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from bench import client_cpu, cpu, reference_rounds, selection_strategies, web_server
 from bench.strategies import ALL, BASELINES, HTTP, OURS
 from bench.target_record import STEADY, p99
@@ -74,20 +76,22 @@ def reference_table(points: list[dict], rounds: list[dict] | None = None) -> lis
     ]
     for (workload, replicas), found in measured.items():
         ours, theirs = [pair[0] for pair in found], [pair[1] for pair in found]
-
-        def median(points: list[dict], figure) -> str:
-            return _num(reference_rounds.median_of([figure(p) for p in points]))
-
-        def ratio(figure, found=found) -> str:
-            return _num(reference_rounds.median_of(reference_rounds.ratios(found, figure)), 2)
-
         by_round = " ".join(_num(r, 2) for r in reference_rounds.ratios(found, _rate))
         lines.append(
-            f"  {workload:<11}{replicas:>3}  {median(ours, _rate):>11}{median(theirs, _rate):>10}"
-            f"{ratio(_rate):>7}{median(ours, p99):>10}{median(theirs, p99):>9}{ratio(p99):>7}"
-            f"{ratio(_steady):>18}  {by_round}"
+            f"  {workload:<11}{replicas:>3}  {_median(ours, _rate):>11}"
+            f"{_median(theirs, _rate):>10}{_median_ratio(found, _rate):>7}"
+            f"{_median(ours, p99):>10}{_median(theirs, p99):>9}{_median_ratio(found, p99):>7}"
+            f"{_median_ratio(found, _steady):>18}  {by_round}"
         )
     return lines
+
+
+def _median(points: list[dict], figure: Callable[[dict], float | None]) -> str:
+    return _num(reference_rounds.median_of([figure(p) for p in points]))
+
+
+def _median_ratio(found: list[reference_rounds.Pair], figure) -> str:
+    return _num(reference_rounds.median_ratio(found, figure), 2)
 
 
 def _rate(point: dict) -> float | None:
