@@ -103,6 +103,9 @@ class Queues:
         self._local: dict[int, Ticket] = {}
         self._trying: dict[WalletKey, Try] = {}
         self._joining: dict[WalletKey, Joining] = {}  # the batch still open, per key
+        # Keys whose join statement is under way (one at a time per key: ``_sending``), and
+        # whether a notification about the key arrived meanwhile (``_send``).
+        self._heard_while_joining: dict[WalletKey, bool] = {}
         self._sending = [threading.Lock() for _ in range(SENDING_LOCKS)]
         self._refreshed: float | None = None  # when the heads were last read (monotonic)
         self._thread: threading.Thread | None = None
@@ -181,7 +184,17 @@ class Queues:
         return ticket
 
     def _send(self, key: WalletKey, batch: Joining) -> None:
-        """Insert the waiters of ``batch``; record their ids and their queue's head."""
+        """Insert the waiters of ``batch``; record their ids and their queue's head.
+
+        The head the statement answers is the queue's as of its start. A notification about
+        the key that arrives while it runs may be newer (the head it answered has left since,
+        and the new head is one of these waiters) or older, and nothing tells which: setting
+        the answered head over it could leave the new head asleep until its next look, a
+        ``POLL`` later, and the whole queue behind it. So after such a race every queue's head
+        is read again.
+        """
+        with self._lock:
+            self._heard_while_joining[key] = False
         try:
             ids, head, _ = db.one(
                 db.execute(
@@ -191,11 +204,17 @@ class Queues:
             )
             batch.ids = [int(i) for i in ids]
             with self._lock:
-                self._set_head(key, head)
+                raced = self._heard_while_joining.pop(key)
+                if not raced:
+                    self._set_head(key, head)
+            if raced:
+                self.refresh()
         except BaseException as exc:
             batch.failed = exc
             raise
         finally:
+            with self._lock:
+                self._heard_while_joining.pop(key, None)
             batch.done.set()
 
     def is_head(self, ticket: Ticket) -> bool:
@@ -259,6 +278,8 @@ class Queues:
             log.warning("unreadable wake-up %.200r", payload)
             return
         with self._lock:
+            if key in self._heard_while_joining:
+                self._heard_while_joining[key] = True
             self._set_head(key, head)
 
     def _set_head(self, key: WalletKey, head: int | None) -> None:
@@ -298,6 +319,8 @@ class Queues:
         rows = conn.execute(queries.HEADS).fetchall()
         with self._lock:
             self._heads = {WalletKey(w, c): int(head) for w, c, head in rows}
+            for key in self._heard_while_joining:
+                self._heard_while_joining[key] = True
             for ticket in self._local.values():
                 ticket.woken.set()  # let every local waiter look again
 

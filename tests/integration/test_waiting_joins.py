@@ -6,10 +6,12 @@ import threading
 import time
 import traceback
 
+import psycopg
 import pytest
 from django.db import connection
 
 from locks import waiting
+from locks.sql import waiting as queries
 from sherdlock import WalletKey
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -169,3 +171,35 @@ def test_requests_waiting_for_a_join_statement_leave_the_pool_to_it(monkeypatch)
     assert time.monotonic() - started < 10, "the statements waited for a connection"
     assert all(isinstance(ticket, waiting.Ticket) for ticket in got.values()), got
     assert sent == [1, 1 + pool.max_size]
+
+
+def test_a_head_named_while_a_join_runs_is_not_undone_by_the_joins_answer(monkeypatch, db_url):
+    """The queue's head leaves after a join statement has read it and before its answer is
+    applied: the notification naming the newcomer head comes first, and the join's answer (the
+    old head) must not undo it, or the newcomer sleeps a whole poll with the queue behind it."""
+    queues = waiting.Queues()
+    assert queues.start()
+    execute = waiting.db.execute
+    try:
+        with psycopg.connect(db_url, autocommit=True) as other:
+            (old_head,) = other.execute(
+                "INSERT INTO locks_waiter (wallet, currency, created_at, expires_at)"
+                " VALUES (%s, %s, now(), now() + interval '1 minute') RETURNING id",
+                [KEY.wallet, KEY.currency],
+            ).fetchone()
+
+            def head_leaves_meanwhile(statement, params, *args):
+                cursor = execute(statement, params, *args)
+                if statement == queries.JOIN:
+                    # It gives up: its LEAVE names the newcomer, which this process hears first.
+                    other.execute(queries.LEAVE, {"id": old_head})
+                    _until(lambda: KEY in queues._heads)
+                return cursor
+
+            monkeypatch.setattr(waiting.db, "execute", head_leaves_meanwhile)
+            ticket = queues.join(KEY, 30.0)
+        assert queues.is_head(ticket)
+        assert ticket.woken.is_set()  # it tries at once
+    finally:
+        queues.stop()
+        connection.close()
