@@ -103,9 +103,9 @@ class Queues:
         self._local: dict[int, Ticket] = {}
         self._trying: dict[WalletKey, Try] = {}
         self._joining: dict[WalletKey, Joining] = {}  # the batch still open, per key
-        # Keys whose join statement is under way (one at a time per key: ``_sending``), and
-        # whether a notification about the key arrived meanwhile (``_send``).
-        self._heard_while_joining: dict[WalletKey, bool] = {}
+        # One set per statement under way that reads heads (a join, a refresh): the keys
+        # notifications were heard about meanwhile (None: every key, the listener reconnected).
+        self._reading: list[set[WalletKey | None]] = []
         self._sending = [threading.Lock() for _ in range(SENDING_LOCKS)]
         self._refreshed: float | None = None  # when the heads were last read (monotonic)
         self._thread: threading.Thread | None = None
@@ -187,35 +187,43 @@ class Queues:
         """Insert the waiters of ``batch``; record their ids and their queue's head.
 
         The head the statement answers is the queue's as of its start. A notification about
-        the key that arrives while it runs may be newer (the head it answered has left since,
-        and the new head is one of these waiters) or older, and nothing tells which: setting
-        the answered head over it could leave the new head asleep until its next look, a
-        ``POLL`` later, and the whole queue behind it. So after such a race every queue's head
-        is read again.
+        the key heard while it runs may be newer (the head it answered has left since, and the
+        new head is one of these waiters) or older, and nothing tells which: setting the
+        answered head over it could leave the new head asleep until its next look, a ``POLL``
+        later, with the whole queue behind it. After such a race the heads are read again.
         """
-        with self._lock:
-            self._heard_while_joining[key] = False
         try:
-            ids, head, _ = db.one(
-                db.execute(
-                    queries.JOIN,
-                    {"wallet": key.wallet, "currency": key.currency, "seconds": batch.seconds},
+            with self._hearing() as heard:
+                ids, head, _ = db.one(
+                    db.execute(
+                        queries.JOIN,
+                        {"wallet": key.wallet, "currency": key.currency, "seconds": batch.seconds},
+                    )
                 )
-            )
-            batch.ids = [int(i) for i in ids]
-            with self._lock:
-                raced = self._heard_while_joining.pop(key)
-                if not raced:
-                    self._set_head(key, head)
+                batch.ids = [int(i) for i in ids]
+                with self._lock:
+                    raced = bool(heard & {key, None})
+                    if not raced:
+                        self._set_head(key, head)
             if raced:
                 self.refresh()
         except BaseException as exc:
             batch.failed = exc
             raise
         finally:
-            with self._lock:
-                self._heard_while_joining.pop(key, None)
             batch.done.set()
+
+    @contextlib.contextmanager
+    def _hearing(self):
+        """Collect the keys notifications are heard about while the block reads heads."""
+        heard: set[WalletKey | None] = set()
+        with self._lock:
+            self._reading.append(heard)
+        try:
+            yield heard
+        finally:
+            with self._lock:
+                self._reading.remove(heard)
 
     def is_head(self, ticket: Ticket) -> bool:
         """Tell whether ``ticket`` heads its queue (only the head may try to select)."""
@@ -239,13 +247,21 @@ class Queues:
             if self._refreshed is not None and now - self._refreshed < fresh_for:
                 return False
             self._refreshed = now
-        rows = db.execute(queries.HEADS, {}).fetchall()
-        with self._lock:
-            before, self._heads = self._heads, {WalletKey(w, c): int(head) for w, c, head in rows}
-            for key, head in self._heads.items():
-                local = self._local.get(head)
-                if local is not None and before.get(key) != head:
-                    local.woken.set()
+        with self._hearing() as heard:
+            rows = db.execute(queries.HEADS, {}).fetchall()
+            with self._lock:
+                if None in heard:
+                    return True  # the listener has just read them all again itself
+                # A key a notification was heard about during the read keeps what it said:
+                # the read may be older, and undoing a newer head leaves it asleep (``_send``).
+                read = {WalletKey(w, c): int(head) for w, c, head in rows}
+                before = self._heads
+                self._heads = {k: h for k, h in read.items() if k not in heard}
+                self._heads.update({k: before[k] for k in heard if k in before})
+                for key, head in self._heads.items():
+                    local = self._local.get(head)
+                    if local is not None and before.get(key) != head:
+                        local.woken.set()
         return True
 
     def leave(self, ticket: Ticket, served: bool = False) -> None:
@@ -278,8 +294,8 @@ class Queues:
             log.warning("unreadable wake-up %.200r", payload)
             return
         with self._lock:
-            if key in self._heard_while_joining:
-                self._heard_while_joining[key] = True
+            for heard in self._reading:
+                heard.add(key)
             self._set_head(key, head)
 
     def _set_head(self, key: WalletKey, head: int | None) -> None:
@@ -319,8 +335,8 @@ class Queues:
         rows = conn.execute(queries.HEADS).fetchall()
         with self._lock:
             self._heads = {WalletKey(w, c): int(head) for w, c, head in rows}
-            for key in self._heard_while_joining:
-                self._heard_while_joining[key] = True
+            for heard in self._reading:
+                heard.add(None)
             for ticket in self._local.values():
                 ticket.woken.set()  # let every local waiter look again
 

@@ -203,3 +203,36 @@ def test_a_head_named_while_a_join_runs_is_not_undone_by_the_joins_answer(monkey
     finally:
         queues.stop()
         connection.close()
+
+
+def test_a_head_named_while_the_heads_are_read_again_is_not_undone_by_the_read(monkeypatch, db_url):
+    """A waiter's look around (``refresh``) reads every head; the head leaves after the read
+    and the notification naming the next one, a waiter of this process, is heard before the
+    read is applied: the read must not undo it."""
+    queues = waiting.Queues()
+    assert queues.start()
+    execute = waiting.db.execute
+    try:
+        with psycopg.connect(db_url, autocommit=True) as other:
+            (old_head,) = other.execute(
+                "INSERT INTO locks_waiter (wallet, currency, created_at, expires_at)"
+                " VALUES (%s, %s, now(), now() + interval '1 minute') RETURNING id",
+                [KEY.wallet, KEY.currency],
+            ).fetchone()
+            ticket = queues.join(KEY, 30.0)
+            assert not queues.is_head(ticket)
+
+            def head_leaves_meanwhile(statement, params, *args):
+                cursor = execute(statement, params, *args)
+                if statement == queries.HEADS:
+                    other.execute(queries.LEAVE, {"id": old_head})
+                    _until(lambda: queues.is_head(ticket))  # the listener heard it
+                return cursor
+
+            monkeypatch.setattr(waiting.db, "execute", head_leaves_meanwhile)
+            assert queues.refresh()
+        assert queues.is_head(ticket)
+        assert ticket.woken.is_set()
+    finally:
+        queues.stop()
+        connection.close()
