@@ -223,7 +223,8 @@ class Queues:
             yield heard
         finally:
             with self._lock:
-                self._reading.remove(heard)
+                # By identity: list.remove would take the first equal set, another reader's.
+                self._reading = [other for other in self._reading if other is not heard]
 
     def is_head(self, ticket: Ticket) -> bool:
         """Tell whether ``ticket`` heads its queue (only the head may try to select)."""

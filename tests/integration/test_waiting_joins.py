@@ -236,3 +236,12 @@ def test_a_head_named_while_the_heads_are_read_again_is_not_undone_by_the_read(m
     finally:
         queues.stop()
         connection.close()
+
+
+def test_overlapping_reads_of_the_heads_each_hear_what_arrives_while_they_read():
+    queues = waiting.Queues()
+    with queues._hearing() as first:
+        with queues._hearing() as second:
+            pass  # ends first, while the two records are still equal (empty)
+        queues.apply('{"wallet": "w", "currency": "USD", "head": 7}')
+    assert first == {KEY} and second == set()
