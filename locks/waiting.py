@@ -27,6 +27,7 @@ import os
 import select
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import psycopg
@@ -214,7 +215,7 @@ class Queues:
             batch.done.set()
 
     @contextlib.contextmanager
-    def _hearing(self):
+    def _hearing(self) -> Iterator[set[WalletKey | None]]:
         """Collect the keys notifications are heard about while the block reads heads."""
         heard: set[WalletKey | None] = set()
         with self._lock:

@@ -173,69 +173,64 @@ def test_requests_waiting_for_a_join_statement_leave_the_pool_to_it(monkeypatch)
     assert sent == [1, 1 + pool.max_size]
 
 
-def test_a_head_named_while_a_join_runs_is_not_undone_by_the_joins_answer(monkeypatch, db_url):
-    """The queue's head leaves after a join statement has read it and before its answer is
-    applied: the notification naming the newcomer head comes first, and the join's answer (the
-    old head) must not undo it, or the newcomer sleeps a whole poll with the queue behind it."""
+@pytest.fixture
+def behind_a_head(db_url):
+    """A listening process's queues, and another's connection with a waiter heading KEY's."""
     queues = waiting.Queues()
     assert queues.start()
-    execute = waiting.db.execute
     try:
         with psycopg.connect(db_url, autocommit=True) as other:
-            (old_head,) = other.execute(
+            (head,) = other.execute(
                 "INSERT INTO locks_waiter (wallet, currency, created_at, expires_at)"
                 " VALUES (%s, %s, now(), now() + interval '1 minute') RETURNING id",
                 [KEY.wallet, KEY.currency],
             ).fetchone()
-
-            def head_leaves_meanwhile(statement, params, *args):
-                cursor = execute(statement, params, *args)
-                if statement == queries.JOIN:
-                    # It gives up: its LEAVE names the newcomer, which this process hears first.
-                    other.execute(queries.LEAVE, {"id": old_head})
-                    _until(lambda: KEY in queues._heads)
-                return cursor
-
-            monkeypatch.setattr(waiting.db, "execute", head_leaves_meanwhile)
-            ticket = queues.join(KEY, 30.0)
-        assert queues.is_head(ticket)
-        assert ticket.woken.is_set()  # it tries at once
+            yield queues, other, head
     finally:
         queues.stop()
         connection.close()
 
 
-def test_a_head_named_while_the_heads_are_read_again_is_not_undone_by_the_read(monkeypatch, db_url):
-    """A waiter's look around (``refresh``) reads every head; the head leaves after the read
-    and the notification naming the next one, a waiter of this process, is heard before the
-    read is applied: the read must not undo it."""
-    queues = waiting.Queues()
-    assert queues.start()
+def _leaves_after(monkeypatch, statement: str, other, head: int, heard) -> None:
+    """Make ``head`` give up (its LEAVE names the next head) right after this process runs
+    ``statement``, before its answer is used, and wait until the listener has heard it."""
     execute = waiting.db.execute
-    try:
-        with psycopg.connect(db_url, autocommit=True) as other:
-            (old_head,) = other.execute(
-                "INSERT INTO locks_waiter (wallet, currency, created_at, expires_at)"
-                " VALUES (%s, %s, now(), now() + interval '1 minute') RETURNING id",
-                [KEY.wallet, KEY.currency],
-            ).fetchone()
-            ticket = queues.join(KEY, 30.0)
-            assert not queues.is_head(ticket)
 
-            def head_leaves_meanwhile(statement, params, *args):
-                cursor = execute(statement, params, *args)
-                if statement == queries.HEADS:
-                    other.execute(queries.LEAVE, {"id": old_head})
-                    _until(lambda: queues.is_head(ticket))  # the listener heard it
-                return cursor
+    def meanwhile(text, params, *args):
+        cursor = execute(text, params, *args)
+        if text == statement:
+            other.execute(queries.LEAVE, {"id": head})
+            _until(heard)
+        return cursor
 
-            monkeypatch.setattr(waiting.db, "execute", head_leaves_meanwhile)
-            assert queues.refresh()
-        assert queues.is_head(ticket)
-        assert ticket.woken.is_set()
-    finally:
-        queues.stop()
-        connection.close()
+    monkeypatch.setattr(waiting.db, "execute", meanwhile)
+
+
+def test_a_head_named_while_a_join_runs_is_not_undone_by_the_joins_answer(
+    monkeypatch, behind_a_head
+):
+    """The notification naming the newcomer head is heard before the join's answer (the old
+    head) is used: the answer must not undo it, or the newcomer sleeps a whole poll with the
+    queue behind it."""
+    queues, other, head = behind_a_head
+    _leaves_after(monkeypatch, queries.JOIN, other, head, lambda: KEY in queues._heads)
+    ticket = queues.join(KEY, 30.0)
+    assert queues.is_head(ticket)
+    assert ticket.woken.is_set()  # it tries at once
+
+
+def test_a_head_named_while_the_heads_are_read_again_is_not_undone_by_the_read(
+    monkeypatch, behind_a_head
+):
+    """A waiter's look around (``refresh``) reads every head; the notification naming the next
+    head, a waiter of this process, is heard before the read is used: it must not undo it."""
+    queues, other, head = behind_a_head
+    ticket = queues.join(KEY, 30.0)
+    assert not queues.is_head(ticket)
+    _leaves_after(monkeypatch, queries.HEADS, other, head, lambda: queues.is_head(ticket))
+    assert queues.refresh()
+    assert queues.is_head(ticket)
+    assert ticket.woken.is_set()
 
 
 def test_overlapping_reads_of_the_heads_each_hear_what_arrives_while_they_read():
