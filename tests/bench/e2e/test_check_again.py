@@ -13,7 +13,7 @@ import shutil
 import pytest
 from django.conf import settings
 
-from bench import database, runner
+from bench import confirmation, database
 from bench.options import parse_args
 from bench.strategies import CACHE_BATCH, OURS
 from tests.helpers.processes import database_url, run_module
@@ -80,7 +80,12 @@ def test_check_measures_a_dropped_point_again_before_it_calls_it_a_regression(tm
         shutil.rmtree(out / "confirmation")
         args = parse_args([*argv, "--no-confirm"])
         assert args.confirm is False
-        assert runner._check(args, report, out / "report.json", [OURS, CACHE_BATCH]) == 1
+        assert (
+            confirmation.compare_with_baseline(
+                args, report, out / "report.json", [OURS, CACHE_BATCH]
+            )
+            == 1
+        )
         assert not (out / "confirmation").exists()
     finally:
         database.drop(database.renamed(env["DATABASE_URL"], name))
