@@ -8,7 +8,10 @@ stream. Nothing competes with it, so what it measures is the work of one cycle: 
 (the selector, the store, psycopg and Django's cursor) and, on a server on this host, its
 backend's (``bench.cpu``). Prints the CPU (``process_time``) and the wall time per cycle;
 ``--profile`` prints cProfile's view. ``--spread-wallets`` and the workload options of
-``python -m bench`` size the workload.
+``python -m bench`` size the workload. The backend's pid is printed (stderr) before the first
+cycle: ``perf record --call-graph dwarf -p PID -- sleep 5`` then shows where the server's time
+goes, phase by phase (``standard_ExecutorStart``: setting up the plan, which grows with the
+statement's nodes; ``ExecInsertIndexTuples``: an entry per index; ``CommitTransaction``).
 
     python -m bench.library_cpu [--workload hot-wallet] [--cycles 2000] [--strategy ours]
         [--profile] [-- --spread-wallets 8000 --spread-tokens 20]
@@ -83,6 +86,9 @@ def run(
     # postmaster): elsewhere the pid would name another host's process.
     local = postgres_server(connection) is not None
     backend = db.one(db.execute("SELECT pg_backend_pid()", {}))[0]
+    # Named before the warm-up, so that a native profiler can be attached to the server's side
+    # of the cycles (``perf record --call-graph dwarf -p PID``) while they run.
+    print(f"[library_cpu] backend pid {backend}", file=sys.stderr, flush=True)
     started: list[float | None] = []
 
     def cycle(number: int) -> None:

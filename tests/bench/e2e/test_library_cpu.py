@@ -49,3 +49,5 @@ def test_the_library_cycle_runs_and_reports_its_cost(strategy, label):
     local = host.startswith("/") or host in ("", "localhost", "127.0.0.1", "::1")
     backend = re.search(rf"^{label}: backend CPU per cycle [\d.]+ ms$", done.stdout, re.M)
     assert bool(backend) == local, done.stdout
+    # The backend's pid, for a profiler of the server's side, is named on stderr.
+    assert re.search(r"^\[library_cpu\] backend pid \d+$", done.stderr, re.M), done.stderr[-2000:]
