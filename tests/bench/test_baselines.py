@@ -290,6 +290,41 @@ def test_a_large_reference_request_takes_several_growing_steps(reference):
     assert not reference_held("tx-2")
 
 
+def test_a_reference_step_reads_its_wallet_index_on_a_table_of_one_wallet(reference):
+    # A contested workload's statistics: one wallet, nothing spent. Walking the primary key in
+    # id order then costs about what the wallet's index does; a step is planned on the index.
+    from bench.strategies.reference import STEPS
+    from common import db
+
+    reference_tokens(1000)
+    text, names = db.native(STEPS[False])
+    call = {"wallet": "'alice'", "currency": "'USD'", "batch": "16", "need": "5"}
+    call |= {"tx_id": "'tx-1'", "lease": "60", "quantity": "5"}
+    values = ", ".join(call.get(name, "NULL") for name in names)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE reference_token")
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE step AS {text}")
+        try:
+            cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE step({values})")
+            plan = cursor.fetchone()[0]
+        finally:
+            cursor.execute("DEALLOCATE step")
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    scans = [
+        node.get("Index Name", node["Node Type"])
+        for node in _nodes(plan[0]["Plan"])
+        if node.get("Relation Name") == "reference_token"
+    ]
+    assert scans == ["reference_token_unspent"]
+
+
+def _nodes(plan: dict):
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from _nodes(child)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_lease_taken_over_while_a_reference_spend_waits_is_refused(db_url):
     """The spend checks the lock row's latest version, not the one its snapshot saw.
