@@ -20,6 +20,7 @@ from bench.strategies.base import Picked
 from locks.models import TokenLock
 from sherdlock import BackoffPolicy, FundsLocked, InsufficientFunds, WalletKey
 from tests.factories import make_lock, make_tokens
+from tests.helpers.plans import nodes
 from tests.helpers.processes import ROOT, WAIT, child_env, wait_for
 from tokens.models import Token
 
@@ -313,16 +314,10 @@ def test_a_reference_step_reads_its_wallet_index_on_a_table_of_one_wallet(refere
     plan = json.loads(plan) if isinstance(plan, str) else plan
     scans = [
         node.get("Index Name", node["Node Type"])
-        for node in _nodes(plan[0]["Plan"])
+        for node in nodes(plan[0]["Plan"])
         if node.get("Relation Name") == "reference_token"
     ]
     assert scans == ["reference_token_unspent"]
-
-
-def _nodes(plan: dict):
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from _nodes(child)
 
 
 @pytest.mark.django_db(transaction=True)

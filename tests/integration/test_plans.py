@@ -19,6 +19,7 @@ from common import db
 from locks.housekeeping import run_housekeeping
 from locks.sql import lifecycle, locking
 from tests.factories import make_tokens
+from tests.helpers.plans import nodes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,12 +52,6 @@ CALL = {
     "largest": 64,
     "cap": None,
 }
-
-
-def nodes(plan: dict):
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from nodes(child)
 
 
 def generic_plan(statement: str) -> list[dict]:

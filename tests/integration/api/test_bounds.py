@@ -18,6 +18,7 @@ from locks.sql import locking
 from sherdlock.strategies import MAX_EXAMINED
 from tests.factories import make_tokens
 from tests.helpers.api import counts, issue, token
+from tests.helpers.plans import nodes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,13 +40,7 @@ def run_analysed(statement: str, params: dict) -> list[dict]:
         finally:
             cursor.execute("DEALLOCATE probe")
     found = json.loads(found) if isinstance(found, str) else found
-    return list(_nodes(found[0]["Plan"]))
-
-
-def _nodes(plan: dict):
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from _nodes(child)
+    return list(nodes(found[0]["Plan"]))
 
 
 def rows_read(plan: list[dict], relation: str) -> int:

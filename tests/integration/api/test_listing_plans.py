@@ -18,17 +18,12 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from tests.factories import make_tokens
+from tests.helpers.plans import nodes
 from tokens.models import Token
 
 pytestmark = pytest.mark.django_db
 
 URL = "/api/v1/tokens/"
-
-
-def nodes(plan: dict):
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from nodes(child)
 
 
 def token_reads(sql: str) -> list[tuple[str, str | None]]:
