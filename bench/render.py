@@ -90,7 +90,9 @@ def _median(points: list[dict], figure: Callable[[dict], float | None]) -> str:
     return _num(reference_rounds.median_of([figure(p) for p in points]))
 
 
-def _median_ratio(found: list[reference_rounds.Pair], figure) -> str:
+def _median_ratio(
+    found: list[reference_rounds.Pair], figure: Callable[[dict], float | None]
+) -> str:
     return _num(reference_rounds.median_ratio(found, figure), 2)
 
 

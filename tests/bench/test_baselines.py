@@ -20,7 +20,7 @@ from bench.strategies.base import Picked
 from locks.models import TokenLock
 from sherdlock import BackoffPolicy, FundsLocked, InsufficientFunds, WalletKey
 from tests.factories import make_lock, make_tokens
-from tests.helpers.plans import nodes
+from tests.helpers.plans import explain_prepared
 from tests.helpers.processes import ROOT, WAIT, child_env, wait_for
 from tokens.models import Token
 
@@ -295,26 +295,16 @@ def test_a_reference_step_reads_its_wallet_index_on_a_table_of_one_wallet(refere
     # A contested workload's statistics: one wallet, nothing spent. Walking the primary key in
     # id order then costs about what the wallet's index does; a step is planned on the index.
     from bench.strategies.reference import STEPS
-    from common import db
 
     reference_tokens(1000)
-    text, names = db.native(STEPS[False])
-    call = {"wallet": "'alice'", "currency": "'USD'", "batch": "16", "need": "5"}
-    call |= {"tx_id": "'tx-1'", "lease": "60", "quantity": "5"}
-    values = ", ".join(call.get(name, "NULL") for name in names)
+    call = {"fence": None, "wallet": "alice", "currency": "USD", "batch": 16, "need": 5}
+    call |= {"tx_id": "tx-1", "lease": 60, "quantity": 5}
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE reference_token")
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        cursor.execute(f"PREPARE step AS {text}")
-        try:
-            cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE step({values})")
-            plan = cursor.fetchone()[0]
-        finally:
-            cursor.execute("DEALLOCATE step")
-    plan = json.loads(plan) if isinstance(plan, str) else plan
     scans = [
         node.get("Index Name", node["Node Type"])
-        for node in nodes(plan[0]["Plan"])
+        for node in explain_prepared(STEPS[False], call)
         if node.get("Relation Name") == "reference_token"
     ]
     assert scans == ["reference_token_unspent"]

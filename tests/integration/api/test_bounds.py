@@ -8,8 +8,6 @@ quantity that would take more tokens than that is refused with selection_too_lar
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from django.db import connection
 
@@ -18,7 +16,7 @@ from locks.sql import locking
 from sherdlock.strategies import MAX_EXAMINED
 from tests.factories import make_tokens
 from tests.helpers.api import counts, issue, token
-from tests.helpers.plans import nodes
+from tests.helpers.plans import explain_prepared
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,19 +26,9 @@ WALLET = 4 * MAX_EXAMINED
 
 def run_analysed(statement: str, params: dict) -> list[dict]:
     """Run ``statement`` under EXPLAIN (ANALYZE), as analysed tables plan it; return its nodes."""
-    text, names = db.native(statement)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE tokens_token")
-        cursor.execute(f"PREPARE probe AS {text}")
-        try:
-            values = [params[name] for name in names]
-            placeholders = ", ".join(["%s"] * len(values))
-            cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE probe({placeholders})", values)
-            found = cursor.fetchone()[0]
-        finally:
-            cursor.execute("DEALLOCATE probe")
-    found = json.loads(found) if isinstance(found, str) else found
-    return list(nodes(found[0]["Plan"]))
+    return explain_prepared(statement, params, analyse=True)
 
 
 def rows_read(plan: list[dict], relation: str) -> int:
