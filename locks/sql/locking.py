@@ -165,7 +165,7 @@ SELECT (SELECT value FROM fence) AS fence,
 # MAX_EXAMINED + 1 unspent tokens (a count past MAX_EXAMINED: Supply.complete is false), read
 # only when the free tokens are short (a CASE evaluates its subqueries lazily).
 FETCHED = """,
-       (SELECT count(*) FROM chosen) AS attempted,
+       k.attempted,
        r.free IS NULL AS short_batch,
        r.rows < %(limit)s::int AS exhausted,
        r.free,
@@ -192,22 +192,30 @@ RECORDED_RESULT = """,
                  SELECT id, tx_id, "index", quantity FROM tokens_token
                  WHERE id = ANY(%(held_ids)s::bigint[]) AND wallet = %(wallet)s::text) x)
        END AS tokens""".format(open=OPEN)
-# What the row is read from: what was granted, in one pass, and for a fetch its `reach` and the
-# rows of its batch it neither tried nor passed over, when its caller keeps them (%(spare)s: a
-# replica keeps no queue of a cold or contested wallet, sherdlock.types.Claim.spare). What it
-# tried ({tried}) is the front of its batch in the order it went through it (the covering prefix,
-# or what locks_take_tokens looked at), so the spare is the rest of the batch in that order.
+# What the row is read from: what was granted, in one pass, and for a fetch its `reach`, what it
+# tried (`k`, counted once) and the rows of its batch it neither tried nor passed over, when its
+# caller keeps them (%(spare)s: a replica keeps no queue of a cold or contested wallet,
+# sherdlock.types.Claim.spare). What it tried is the front of its batch in the order it went
+# through it, so the spare is the rest of the batch in that order.
 FROM_GRANTED = """
 FROM (SELECT array_agg(id ORDER BY id) AS ids, array_agg(quantity ORDER BY id) AS quantities,
              min(expires_at) AS expires_at
       FROM granted) g"""
 FROM_SPARE = """,
      reach r,
-     (SELECT (array_agg(id ORDER BY rnd, id) FILTER (WHERE %(spare)s::boolean))[{tried} + 1:]
-                 AS ids,
-             (array_agg(quantity ORDER BY rnd, id) FILTER (WHERE %(spare)s::boolean))[{tried} + 1:]
-                 AS quantities
-      FROM candidates) s"""
+     {tried} k,
+     LATERAL (
+         SELECT (array_agg(id ORDER BY rnd, id) FILTER (WHERE %(spare)s::boolean))[k.tried + 1:]
+                    AS ids,
+                (array_agg(quantity ORDER BY rnd, id) FILTER (WHERE %(spare)s::boolean))
+                    [k.tried + 1:] AS quantities
+         FROM candidates) s"""
+# What a fetch tried: the covering prefix it inserted, all of them attempted; or every token
+# locks_take_tokens looked at, of which those it took were attempted (the rest it passed over).
+TRIED = "(SELECT count(*) AS attempted, count(*) AS tried FROM chosen)"
+TRIED_AS_OF_NOW = (
+    "(SELECT count(*) FILTER (WHERE took) AS attempted, count(*) AS tried FROM looked)"
+)
 
 # -- the variants -----------------------------------------------------------------------------
 
@@ -262,8 +270,7 @@ class LockStatement:
         columns = RESULT + (FETCHED if self.fetch else "")
         columns += RECORDED_RESULT if self.record else NOT_RECORDED
         columns += RESULT_METERED if self.metered else ""
-        tried = "looked" if self.contested else "chosen"
-        spare = FROM_SPARE.format(tried=f"(SELECT count(*) FROM {tried})")
+        spare = FROM_SPARE.format(tried=TRIED_AS_OF_NOW if self.contested else TRIED)
         return columns + FROM_GRANTED + (spare if self.fetch else "")
 
     def sql(self) -> str:
