@@ -185,10 +185,11 @@ class InMemoryStore:
             rows = arrange(
                 (Candidate(t, self._tokens[t].quantity) for t in free), claim.order, self._rng
             )[:limit]
+            kept = rows if claim.spare else []  # Claim.spare: is the rest of the batch kept
             seen = sum(c.quantity for c in rows)
             if seen < need and len(rows) == limit and claim.order == ORDER_RANDOM:
                 # The batch is short, not (as far as it tells) the wallet: lock nothing.
-                result = FetchResult(spare=rows, fence=fence, short_batch=True)
+                result = FetchResult(spare=kept, fence=fence, short_batch=True)
                 self._raise_after(fault)
                 return result
             if seen >= need or len(rows) < limit:
@@ -198,7 +199,7 @@ class InMemoryStore:
                 largest = sorted((self._tokens[t].quantity for t in free), reverse=True)
                 reach = sum(largest[:MAX_EXAMINED])
                 if reach < need and len(largest) > MAX_EXAMINED:
-                    result = FetchResult(spare=rows, fence=fence, too_many=True)
+                    result = FetchResult(spare=kept, fence=fence, too_many=True)
                     self._raise_after(fault)
                     return result
             if reach < need:
@@ -208,7 +209,7 @@ class InMemoryStore:
                 others = unspent - reach - claim.held_total
                 complete = len(ids) <= MAX_EXAMINED
                 result = FetchResult(
-                    spare=rows,
+                    spare=kept,
                     exhausted=len(rows) < limit,
                     fence=fence,
                     shortfall=Supply(unspent, max(0, others), complete),
@@ -220,7 +221,7 @@ class InMemoryStore:
             expires_at = self._lock_rows(granted, claim.tx_id, fence, now)
             result = FetchResult(
                 granted=granted,
-                spare=rows[len(granted) :],
+                spare=kept[len(granted) :],
                 exhausted=len(rows) < limit,
                 expires_at=expires_at,
                 fence=fence,

@@ -56,3 +56,12 @@ def assert_owns(store: InMemoryStore, selection: Selection) -> None:
     live = store.live_locks()
     for token_id in selection.token_ids:
         assert live[token_id][:2] == (selection.tx_id, selection.fence)
+
+
+def warm(selector: Selector, key: WalletKey) -> None:
+    """Make `key` a wallet this replica has selected from lately, as a stream of requests does.
+
+    A replica's first fetch of a wallet (a cold one) is not answered the rest of its batch, so
+    it queues nothing; tests of the queue start from a warm wallet, whose fetches fill it.
+    """
+    selector._selected(key)

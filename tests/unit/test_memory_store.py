@@ -241,3 +241,17 @@ def test_same_seed_same_permutation(key, clock):
         return [c.token_id for c in store.fetch_and_lock(claim("tx", 1, 0, key), 20).spare]
 
     assert first_fetch() == first_fetch()
+
+
+@pytest.mark.parametrize(
+    ("need", "limit"), [(12, 6), (60, 6), (60, 64)], ids=["covered", "short batch", "shortfall"]
+)
+def test_a_fetch_whose_caller_keeps_no_queue_answers_no_spare(funded, key, need, limit):
+    bare = Claim("tx", key, need, 1, spare=False)
+    result = funded.fetch_and_lock(bare, limit)
+    assert result.spare == []
+    assert bool(result.granted) == (need == 12)
+    # The same fetch for a caller that keeps a queue is answered the rest of its batch.
+    funded.unlock("tx", 1)
+    kept = funded.fetch_and_lock(replace(bare, tx_id="tx-2", spare=True), limit)
+    assert len(kept.granted) + len(kept.spare) == min(limit, 10)

@@ -21,7 +21,7 @@ from sherdlock import (
     Selector,
     SelectorConfig,
 )
-from tests.unit.selector_helpers import assert_owns, hold, issue, locks_of, make_selector
+from tests.unit.selector_helpers import assert_owns, hold, issue, locks_of, make_selector, warm
 
 
 def test_select_locks_tokens_reaching_quantity(store, clock, sleeper, key):
@@ -44,6 +44,7 @@ def test_select_locks_tokens_reaching_quantity(store, clock, sleeper, key):
 def test_select_draws_fence_from_store_unless_given(store, clock, sleeper, key):
     issue(store, key, [1, 1])
     selector = make_selector(store, clock, sleeper)
+    warm(selector, key)
 
     drawn = selector.select("tx-1", key.wallet, key.currency, 1)
     given = selector.select("tx-2", key.wallet, key.currency, 1, fence=99)
@@ -215,6 +216,7 @@ def cached_selector(store, clock, sleeper, key) -> Selector:
     """Return a selector whose cache holds spare tokens 1..10 (quantity 1 each) but one."""
     issue(store, key, [1] * 10)
     selector = make_selector(store, clock, sleeper)
+    warm(selector, key)
     first = selector.select("tx-0", key.wallet, key.currency, 1)
     assert len(selector.cache.peek(key)) == 9
     selector.release(first, token_ids=[])  # keep it locked, but exercise the no-op path

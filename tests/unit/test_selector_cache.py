@@ -22,6 +22,7 @@ from tests.unit.selector_helpers import (
     issue,
     locks_of,
     make_selector,
+    warm,
 )
 
 
@@ -29,6 +30,7 @@ def test_held_tokens_are_never_submitted_again(store, clock, sleeper, key):
     issue(store, key, [1] * 8)
     spy = SpyStore(store)
     selector = make_selector(spy, clock, sleeper)
+    warm(selector, key)
     held = selector.select("tx-a", key.wallet, key.currency, 3)
     # A concurrent fetch that started before our locks puts them back as spare.
     selector.cache.put(key, [*held.tokens, *selector.cache.peek(key)])
@@ -62,6 +64,7 @@ def test_stale_cache_yields_conflicts_never_double_grants(store, clock, sleeper,
     issue(store, key, [1] * 12)
     a = make_selector(store, clock, sleeper, seed=1)
     b = make_selector(store, clock, sleeper, seed=2)
+    warm(a, key)
     first = a.select("tx-a1", key.wallet, key.currency, 1)
     cached = {c.token_id for c in a.cache.peek(key)}
     taken = b.select("tx-b", key.wallet, key.currency, 9)  # leaves 2 tokens free
@@ -85,6 +88,7 @@ def test_a_refused_queued_token_sends_the_rest_of_the_queue_to_a_fetch(store, cl
     issue(store, key, [1] * 12)
     a = make_selector(store, clock, sleeper, seed=1)
     b = make_selector(store, clock, sleeper, seed=2)
+    warm(a, key)
     a.select("tx-a1", key.wallet, key.currency, 1)
     queued = len(a.cache.peek(key))
     taken = b.select("tx-b", key.wallet, key.currency, 9)  # 2 tokens left free
@@ -100,6 +104,7 @@ def test_a_refused_queued_token_sends_the_rest_of_the_queue_to_a_fetch(store, cl
 def test_expired_cache_is_not_used(store, clock, sleeper, key):
     issue(store, key, [1] * 6)
     selector = make_selector(store, clock, sleeper, cache_ttl=0.5)
+    warm(selector, key)
     selector.select("tx-1", key.wallet, key.currency, 1)
     assert selector.cache.peek(key)
 
@@ -114,6 +119,7 @@ def test_expired_cache_is_not_used(store, clock, sleeper, key):
 def test_fresh_cache_saves_fetches(store, clock, sleeper, key):
     issue(store, key, [1] * 6)
     selector = make_selector(store, clock, sleeper)
+    warm(selector, key)
     selector.select("tx-1", key.wallet, key.currency, 1)
 
     selection = selector.select("tx-2", key.wallet, key.currency, 2)
@@ -245,6 +251,7 @@ def test_a_wallet_whose_queue_keeps_going_stale_is_served_by_fetches(store, cloc
     issue(store, key, [1] * 4)
     a = make_selector(store, clock, sleeper, seed=1, cache_ttl=1.0)
     b = make_selector(store, clock, sleeper, seed=2)
+    warm(a, key)
     a1 = a.select("a1", key.wallet, key.currency, 1)  # queues the other three
     b1 = b.select("b1", key.wallet, key.currency, 3)  # takes all three
     a.release(a1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sherdlock import InvalidRequest, WalletKey
-from tests.unit.selector_helpers import issue, locks_of, make_selector
+from tests.unit.selector_helpers import issue, locks_of, make_selector, warm
 
 
 def test_release_returns_tokens_to_cache_and_drops_holds(store, clock, sleeper, key):
@@ -41,6 +41,7 @@ def test_release_by_tx_id_needs_fence(store, clock, sleeper, key):
 def test_forget_drops_spent_tokens_from_cache_and_holds(store, clock, sleeper, key):
     issue(store, key, [1] * 6)
     selector = make_selector(store, clock, sleeper)
+    warm(selector, key)
     selection = selector.select("tx", key.wallet, key.currency, 2)
     spare = selector.cache.peek(key)[0]
     store.spend([*selection.token_ids, spare.token_id], "tx")
@@ -54,6 +55,7 @@ def test_forget_drops_spent_tokens_from_cache_and_holds(store, clock, sleeper, k
 def test_a_spends_change_is_queued_and_selected_without_a_fetch(store, clock, sleeper, key):
     issue(store, key, [5] * 6)
     selector = make_selector(store, clock, sleeper)
+    warm(selector, key)
     selection = selector.select("tx", key.wallet, key.currency, 8)
     store.spend(selection.token_ids, "tx")
     selector.forget(selection.token_ids, key)
@@ -71,6 +73,7 @@ def test_issued_tokens_make_no_queue_and_fill_one_only_up_to_a_batch(store, cloc
     other = WalletKey("bob", key.currency)
     issue(store, key, [1] * 3)
     selector = make_selector(store, clock, sleeper, fetch_limit=4, calm_fetch_limit=4)
+    warm(selector, key)
     selector.select("tx", key.wallet, key.currency, 1)
     queued = len(selector.cache.peek(key))
 
