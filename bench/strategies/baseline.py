@@ -11,9 +11,10 @@ import random
 import time
 from dataclasses import dataclass
 
-from django.db import connection
+from psycopg import pq
 
 from bench.strategies.base import Picked, Spent
+from common import db
 from common.knobs import knobs
 from sherdlock import FundsLocked, InsufficientFunds, WalletKey
 from sherdlock import config as tuning
@@ -94,10 +95,18 @@ class Baseline:
         self.lock_attempts = 0
 
     def execute(self, statement: str, params: dict[str, object]) -> list[tuple]:
-        """Run one statement on this thread's connection; return its rows."""
-        with connection.cursor() as cursor:
-            cursor.execute(statement, params)
-            return cursor.fetchall() if cursor.description else []
+        """Run one statement, prepared, on this thread's connection; return its rows.
+
+        Prepared as ours and the reference run theirs (``common.db``): through Django's cursor
+        it would be planned at every call, a cost that would count against the baseline, not
+        its design. Whether it answered rows is read from the result's status: the cursor's
+        description is built anew at every call.
+        """
+        cursor = db.execute(statement, params)
+        result = cursor.pgresult
+        if result is None or result.status != pq.ExecStatus.TUPLES_OK:
+            return []
+        return cursor.fetchall()
 
     def select(self, tx_id: str, key: WalletKey, quantity: int) -> Picked:
         """Run rounds until one covers ``quantity``; decide insufficient or locked when short.

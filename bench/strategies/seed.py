@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import random
 
-from django.db import connection
-
 from bench.strategies.base import Picked, Spent
 from bench.strategies.baseline import NEXT_FENCE, Baseline, Short
+from common import db
 from sherdlock import Candidate, WalletKey
 
 # Every unspent token of the wallet, whatever its lock state; the design shuffles client-side.
@@ -50,9 +49,7 @@ class SeedFaithful(Baseline):
         return super().select(tx_id, key, quantity)
 
     def _count(self, statement: str, params: dict[str, object]) -> int:
-        with connection.cursor() as cursor:
-            cursor.execute(statement, params)
-            return cursor.rowcount
+        return db.execute(statement, params).rowcount
 
     def _round(self, tx_id: str, key: WalletKey, quantity: int) -> Picked:
         fence = self._fence

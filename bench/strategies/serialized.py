@@ -6,7 +6,7 @@ waits for the one before it to commit, so selections of one wallet run one at a 
 
 from __future__ import annotations
 
-from django.db import OperationalError, connection, transaction
+from django.db import OperationalError, transaction
 from psycopg import errors
 
 from bench.strategies.base import Picked
@@ -91,13 +91,11 @@ class Serialized(Baseline):
             "tx_id": tx_id,
             "lease": self.knobs.lease,
         }
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(SERIAL_LOCK, {**params, "limit": limit})
-            ids = [row[0] for row in cursor.fetchall()]
-            cursor.execute(SERIAL_RECHECK, {"ids": ids})
+        with transaction.atomic():
+            ids = [row[0] for row in self.execute(SERIAL_LOCK, {**params, "limit": limit})]
             chosen: list[Candidate] = []
             total = 0
-            for token_id, token_quantity in cursor.fetchall():
+            for token_id, token_quantity in self.execute(SERIAL_RECHECK, {"ids": ids}):
                 if total >= quantity:
                     break
                 chosen.append(Candidate(int(token_id), int(token_quantity)))
@@ -105,8 +103,7 @@ class Serialized(Baseline):
             if total < quantity:
                 raise _Partial() if limit is not None else Short()
             self.lock_attempts += len(chosen)
-            cursor.execute(SERIAL_INSERT, {**params, "ids": [c.token_id for c in chosen]})
-            rows = cursor.fetchall()
+            rows = self.execute(SERIAL_INSERT, {**params, "ids": [c.token_id for c in chosen]})
             if len(rows) != len(chosen):
                 # Cannot happen while every locker row-locks tokens first; never half-lock.
                 raise RuntimeError(f"{tx_id}: a row-locked token was locked by someone else")
