@@ -268,7 +268,7 @@ def target_lines(targets: list[dict]) -> list[str]:
         threshold = "" if t["threshold"] is None else f" (threshold {t['threshold']})"
         note = f" [{t['note']}]" if t["note"] else ""
         lines.append(
-            f"  {state:<13} {where}: {t['target']}: {_num(t['value'], 2)}{threshold}{note}"
+            f"  {state:<13} {where}: {t['target']}: {_num(t['value'], 3)}{threshold}{note}"
         )
     return lines
 

@@ -21,7 +21,13 @@ def target(
     note: str = "",
     measured: bool = True,
 ) -> dict:
-    """One target; ``threshold`` None makes it a figure to print (met None, "info")."""
+    """One target; ``threshold`` None makes it a figure to print (met None, "info").
+
+    The value is recorded to three decimals and judged as recorded, so that the report never
+    prints a value that meets its threshold beside a verdict that it does not.
+    """
+    if value is not None:
+        value = round(value, 3)
     if threshold is None or not measured:
         met = None
     elif value is None:
@@ -33,7 +39,7 @@ def target(
         "target": text,
         "workload": workload,
         "replicas": replicas,
-        "value": None if value is None else round(value, 3),
+        "value": value,
         "threshold": threshold,
         "met": met,
         "info": threshold is None,
