@@ -2,7 +2,7 @@
 
 # The release: the package's metadata (pyproject.toml reads it here), the OpenAPI schema and
 # `sherdlock --version` all say this one.
-__version__ = "1.1.0"
+__version__ = "1.2.0"
 
 from config.celery import app as celery_app
 
