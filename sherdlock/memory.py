@@ -185,7 +185,7 @@ class InMemoryStore:
             rows = arrange(
                 (Candidate(t, self._tokens[t].quantity) for t in free), claim.order, self._rng
             )[:limit]
-            kept = rows if claim.spare else []  # Claim.spare: is the rest of the batch kept
+            kept = rows if claim.spare else []  # only a caller that keeps a queue gets them
             seen = sum(c.quantity for c in rows)
             if seen < need and len(rows) == limit and claim.order == ORDER_RANDOM:
                 # The batch is short, not (as far as it tells) the wallet: lock nothing.
