@@ -18,9 +18,8 @@ MAX_RETRIES = 5
 # Rows per fetch of a wallet this replica selected from lately: the rows not needed wait in the
 # cache for the next selections, saving queries; many more go stale before they are used.
 FETCH_LIMIT = 64
-# Rows per fetch of a wallet this replica keeps no queue of: one it has not selected from lately
-# (its leftovers would most likely expire unused) or a contested one (they would be taken by
-# others first). The fetch reads little more than one selection needs, and keeps none.
+# Rows per fetch of a wallet this replica has not selected from lately: its leftovers would most
+# likely expire unused, so the fetch reads little more than one selection needs, and keeps none.
 COLD_FETCH_LIMIT = 16
 # Rows per fetch of a wallet whose queued tokens this replica keeps locking unrefused: nobody else
 # takes them, so a long queue stays fresh and a replica alone on a hot wallet rarely fetches.
@@ -106,10 +105,9 @@ class SelectorConfig:
         the last `cache_ttl`. Rows not needed are cached for later selections on this replica,
         saving queries; too many make cached lists go stale (more conflicts) and make each
         fetch heavier.
-    cold_fetch_limit: rows read per fetch for a wallet/currency this replica keeps no queue
-        of: one it has not selected from recently, whose leftovers would most likely expire
-        unused, or a contested one (``TokenCache.contested``), whose leftovers others would
-        take first. The fetch reads little more than a selection needs and none are cached.
+    cold_fetch_limit: rows read per fetch for a wallet/currency this replica has not
+        selected from recently. Its leftovers would most likely expire unused, so the fetch
+        reads little more than a selection needs and none are cached.
     calm_fetch_limit: rows read per fetch for a warm wallet/currency whose queued tokens
         this replica has locked many times in a row without a refusal (``TokenCache.calm``):
         no other replica is taking its tokens, so a longer queue does not go stale and saves

@@ -288,8 +288,8 @@ class Selector:
             # fetch takes each as of the moment it locks it, as on a contested wallet. A fetch
             # for a contested or a cold wallet does not ask for the rows it does not lock.
             crowded = cache.contested(rnd.key)
-            limit, keep = self._fetch_limit(rnd.key, cache, crowded)
-            claim = rnd.claim(largest_first or crowded, largest_first, keep)
+            limit, warm = self._fetch_limit(rnd.key, cache)
+            claim = rnd.claim(largest_first or crowded, largest_first, warm and not crowded)
             result = store.fetch_and_lock(claim, limit)
             rnd.pending = []
             fetches += 1
@@ -344,15 +344,10 @@ class Selector:
             self._cache_for(order).invalidate(rnd.key)
         self._cache_for(order).put(rnd.key, spare)
 
-    def _fetch_limit(self, key: WalletKey, cache: TokenCache, crowded: bool) -> tuple[int, bool]:
-        """Return the rows to fetch for `key` and whether the fetch keeps those it does not lock.
-
-        A replica keeps the rest of a batch only for a warm wallet that is not contested, and
-        reads more of those where demand repeats. Of a cold or a contested wallet it keeps none,
-        so it reads little more than the selection needs.
-        """
+    def _fetch_limit(self, key: WalletKey, cache: TokenCache) -> tuple[int, bool]:
+        """Return the rows to fetch for `key` (more where demand repeats) and whether it is warm."""
         config, last = self._config, self._selected(key)
-        if crowded or last is None or self._clock() - last >= self._cache.ttl:
+        if last is None or self._clock() - last >= self._cache.ttl:
             return min(config.cold_fetch_limit, config.fetch_limit), False
         return max(config.fetch_limit, config.calm_fetch_limit if cache.calm(key) else 0), True
 

@@ -360,21 +360,6 @@ def test_a_wallet_selected_from_its_queue_stays_warm(store, clock, sleeper, key)
     assert (spy.limits[-1], spy.spare[-1]) == (1, False)
 
 
-def test_a_contested_wallet_is_fetched_as_little_as_a_cold_one(store, clock, sleeper, key):
-    # Its replica keeps no queue of it, so a fetch reads little more than the selection needs.
-    issue(store, key, [1] * 40)
-    spy = LimitSpy(store)
-    selector = make_selector(spy, clock, sleeper, fetch_limit=8, cold_fetch_limit=2)
-    warm(selector, key)
-    selector.select("tx-1", key.wallet, key.currency, 1)  # warm: a full batch, the rest queued
-    selector.cache.tried(key, 10, 10)  # its queued tokens all turned out taken
-    assert selector.cache.contested(key)
-
-    selector.select("tx-2", key.wallet, key.currency, 1)
-
-    assert (spy.limits, spy.spare) == ([8, 2], [True, False])
-
-
 def test_a_wallet_this_replica_has_to_itself_gets_longer_fetches(store, clock, sleeper, key):
     issue(store, key, [1] * 400)
     spy = LimitSpy(store)
@@ -392,9 +377,7 @@ def test_a_wallet_this_replica_has_to_itself_gets_longer_fetches(store, clock, s
         n += 1
     assert spy.limits[0] == 4 and spy.limits.count(32) == 1
 
-    # Another replica takes the queued tokens: the first refusal ends the calm. Every queued
-    # token it tried was refused, so the wallet is contested: fetched as a cold one, queued none.
+    # Another replica takes the queued tokens: the first refusal ends the calm.
     hold(store, "other", 7, key, *[c.token_id for c in selector.cache.peek(key)])
     selector.select("tx-after", key.wallet, key.currency, 2)
-    assert selector.cache.contested(key)
-    assert (spy.limits[-1], spy.spare[-1]) == (4, False)
+    assert spy.limits[-1] == 8
