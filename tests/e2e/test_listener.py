@@ -97,7 +97,7 @@ def test_a_token_issued_elsewhere_is_selected_from_a_warm_cache(transactional_db
 def test_a_token_locked_elsewhere_is_never_attempted(local, start_worker):
     selector, listener = local
     tokens = make_tokens(10, wallet="w", quantity=10)
-    warm(selector, "w")
+    warm(selector, "w", listener=listener)
     mine = selector.select("a-1", "w", "USD", 10)  # locks one, caches the other nine
     assert mine.stats.fetches == 1 and len(queued(selector, "w")) == 9
 
@@ -114,9 +114,9 @@ def test_a_token_locked_elsewhere_is_never_attempted(local, start_worker):
 
 
 def test_released_tokens_come_back_and_spent_ones_leave(local, start_worker):
-    selector, _ = local
+    selector, listener = local
     make_tokens(6, wallet="w", quantity=10)
-    warm(selector, "w")
+    warm(selector, "w", listener=listener)
     mine = selector.select("a-1", "w", "USD", 10)
     cached = set(queued(selector, "w"))
     assert len(cached) == 5
@@ -141,7 +141,7 @@ def test_released_tokens_come_back_and_spent_ones_leave(local, start_worker):
 def test_the_listener_reconnects_after_its_backend_is_killed(local):
     selector, listener = local
     make_tokens(4, wallet="w", quantity=10)
-    warm(selector, "w")
+    warm(selector, "w", listener=listener)
     selector.select("a-1", "w", "USD", 10)
     assert queued(selector, "w")
     killed = listener.backend_pid
@@ -191,8 +191,8 @@ def test_an_overflow_drops_only_that_key(local):
     selector, listener = local
     make_tokens(3, wallet="w", quantity=10)
     make_tokens(3, wallet="v", quantity=10)
-    warm(selector, "w")
-    warm(selector, "v")
+    warm(selector, "w", listener=listener)
+    warm(selector, "v", listener=listener)
     selector.select("a-1", "w", "USD", 10)
     selector.select("a-2", "v", "USD", 10)
     assert len(queued(selector, "w")) == 2 and len(queued(selector, "v")) == 2

@@ -51,7 +51,7 @@ def main() -> int:
     parent = replica.get_listener()
     assert parent is not None and parent.wait_connected(30)
     before = parent.backend_pid
-    warm(selector, "f")
+    warm(selector, "f", listener=parent)
     selector.select("parent-1", "f", "USD", 1)  # a queue for "f", so news about it is kept
 
     first, second = child(True), child(False)

@@ -48,7 +48,7 @@ def main() -> int:
                 "lock_conflicts": s.lock_conflicts,
             }
         if op == "warm":
-            warm(selector, cmd["wallet"])
+            warm(selector, cmd["wallet"], listener=listener)
             return {}
         if op == "release":
             return {"released": selector.release(held.pop(cmd["tx"]))}
