@@ -32,7 +32,6 @@ from collections.abc import Sequence
 
 from bench.strategies.base import Picked, Spent, spend_params, spent_outputs
 from bench.strategies.baseline import Baseline, Short
-from common import db
 from common.knobs import knobs
 from common.sql import ASYNC_COMMIT
 from sherdlock import Candidate, WalletKey
@@ -272,15 +271,6 @@ class Reference(Baseline):
         super().__init__(rng)
         durable = knobs().durable_leases
         self.step, self.free = STEPS[durable], RELEASES[durable]
-
-    def execute(self, statement: str, params: dict[str, object]) -> list[tuple]:
-        """Run one statement, prepared, on this thread's connection; return its rows.
-
-        Every statement of the reference answers rows. Asking the cursor for its description
-        first would build the columns' descriptions anew at every call, work no hand-written
-        selector does.
-        """
-        return db.execute(statement, params).fetchall()
 
     def _round(self, tx_id: str, key: WalletKey, quantity: int) -> Picked:
         held: list[Candidate] = []
