@@ -82,6 +82,8 @@ class PostgresTokenStore:
             short_batch,
             exhausted,
             free,
+            batch_rows,
+            batch_total,
             unspent,
             spare_ids,
             spare_quantities,
@@ -112,6 +114,8 @@ class PostgresTokenStore:
             shortfall=shortfall,
             short_batch=bool(short_batch),
             too_many=free is not None and free == batches.TOO_MANY,
+            batch_rows=int(batch_rows),
+            batch_total=int(batch_total),
             record=self._recorded(claim, int(fence), granted, recorded_id, recorded_at, tokens),
         )
 

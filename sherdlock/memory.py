@@ -9,6 +9,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from .errors import ClaimRefused
 from .interfaces import Clock
@@ -187,9 +188,10 @@ class InMemoryStore:
             )[:limit]
             kept = rows if claim.spare else []  # only a caller that keeps a queue gets them
             seen = sum(c.quantity for c in rows)
+            answer = partial(FetchResult, fence=fence, batch_rows=len(rows), batch_total=seen)
             if seen < need and len(rows) == limit and claim.order == ORDER_RANDOM:
                 # The batch is short, not (as far as it tells) the wallet: lock nothing.
-                result = FetchResult(spare=kept, fence=fence, short_batch=True)
+                result = answer(spare=kept, short_batch=True)
                 self._raise_after(fault)
                 return result
             if seen >= need or len(rows) < limit:
@@ -199,7 +201,7 @@ class InMemoryStore:
                 largest = sorted((self._tokens[t].quantity for t in free), reverse=True)
                 reach = sum(largest[:MAX_EXAMINED])
                 if reach < need and len(largest) > MAX_EXAMINED:
-                    result = FetchResult(spare=kept, fence=fence, too_many=True)
+                    result = answer(spare=kept, too_many=True)
                     self._raise_after(fault)
                     return result
             if reach < need:
@@ -208,10 +210,9 @@ class InMemoryStore:
                 unspent = sum(self._tokens[t].quantity for t in ids)
                 others = unspent - reach - claim.held_total
                 complete = len(ids) <= MAX_EXAMINED
-                result = FetchResult(
+                result = answer(
                     spare=kept,
                     exhausted=len(rows) < limit,
-                    fence=fence,
                     shortfall=Supply(unspent, max(0, others), complete),
                 )
                 self._raise_after(fault)
@@ -219,12 +220,11 @@ class InMemoryStore:
             self._check_claim(claim)
             granted = prefix(rows, need)
             expires_at = self._lock_rows(granted, claim.tx_id, fence, now)
-            result = FetchResult(
+            result = answer(
                 granted=granted,
                 spare=kept[len(granted) :],
                 exhausted=len(rows) < limit,
                 expires_at=expires_at,
-                fence=fence,
                 record=self._record(claim, fence, granted),
             )
             self._raise_after(fault)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
 from . import choosing, turns
 from .cache import TokenCache
 from .config import SelectorConfig
+from .demand import Demand
 from .errors import FundsLocked, InsufficientFunds, InvalidRequest, NoExactMatch
 from .interfaces import Clock, Sleeper, TokenStore
 from .round import Round, validate
@@ -44,11 +44,9 @@ class Selector:
         )
         self._rng = rng if rng is not None else random.Random()
         self._sleep = sleep
-        # When this replica last selected from each wallet/currency, by a fetch or from its
-        # queue: a key selected from again within the cache ttl is in demand here, worth a full
-        # batch and a queue of what it leaves.
-        self._last_selected: OrderedDict[WalletKey, float] = OrderedDict()
-        self._lock = threading.Lock()  # for the stamps above and for adding an ordered cache
+        # When this replica last selected from each key, by a fetch or from its queue.
+        self._demand = Demand(self._config, self._cache.ttl, clock)
+        self._lock = threading.Lock()  # for adding an ordered cache
         # Candidates read in quantity order, per order: kept apart from the random queues,
         # whose order would defeat the strategies that read them. Holds stay in `_cache`.
         self._ordered: dict[str, TokenCache] = {}
@@ -261,7 +259,7 @@ class Selector:
             if cache is not self._cache:  # this replica's holds live in the random cache
                 batch = [c for c in batch if not self._cache.is_held(c.token_id)]
             if batch:
-                self._selected(rnd.key)
+                self._demand.selected(rnd.key)
                 # Not granted means someone else holds, spent or is touching the token. It
                 # left the queue and comes back only if a later fetch sees it free.
                 missed = self._try_lock(rnd, batch)
@@ -288,10 +286,13 @@ class Selector:
             # fetch takes each as of the moment it locks it, as on a contested wallet. A fetch
             # for a contested or a cold wallet does not ask for the rows it does not lock.
             crowded = cache.contested(rnd.key)
-            limit, warm = self._fetch_limit(rnd.key, cache)
+            sized = crowded and not largest_first and rnd.strategy.order == ORDER_RANDOM
+            limit, warm = self._demand.fetch_limit(rnd.key, cache, need if sized else 0)
             claim = rnd.claim(largest_first or crowded, largest_first, warm and not crowded)
             result = store.fetch_and_lock(claim, limit)
             rnd.pending = []
+            if claim.order == ORDER_RANDOM:
+                self._demand.measured(rnd.key, result.batch_rows, result.batch_total)
             fetches += 1
             stats.fetches += 1
             # The prefix a fetch tried to lock counts as attempts, like a try_lock batch.
@@ -343,23 +344,6 @@ class Selector:
         if order != ORDER_RANDOM:
             self._cache_for(order).invalidate(rnd.key)
         self._cache_for(order).put(rnd.key, spare)
-
-    def _fetch_limit(self, key: WalletKey, cache: TokenCache) -> tuple[int, bool]:
-        """Return the rows to fetch for `key` (more where demand repeats) and whether it is warm."""
-        config, last = self._config, self._selected(key)
-        if last is None or self._clock() - last >= self._cache.ttl:
-            return min(config.cold_fetch_limit, config.fetch_limit), False
-        return max(config.fetch_limit, config.calm_fetch_limit if cache.calm(key) else 0), True
-
-    def _selected(self, key: WalletKey) -> float | None:
-        """Stamp `key` as selected from now (the latest `cache_max_wallets`); return the last."""
-        now = self._clock()
-        with self._lock:
-            last = self._last_selected.pop(key, None)
-            self._last_selected[key] = now
-            if len(self._last_selected) > self._config.cache_max_wallets:
-                self._last_selected.popitem(last=False)
-        return last
 
     def _accept(
         self,

@@ -136,6 +136,10 @@ class FetchResult:
     # and it has more free tokens than that: covering it would take more tokens than one
     # selection may examine. Nothing was locked, and the rest of the wallet was not read.
     too_many: bool = False
+    # The rows of the batch the fetch read (free tokens of the key, in the claim's order) and
+    # what they add up to: what a batch of the key holds per token.
+    batch_rows: int = 0
+    batch_total: int = 0
 
 
 @dataclass(slots=True)

@@ -114,10 +114,11 @@ candidates AS MATERIALIZED (
 # - a batch in quantity order is the wallet's first tokens in that order: what the wallet's free
 #   tokens reach, so that it locks its whole batch when they can cover the need together
 #   (FREE_UP_TO_NEED).
-# `rows` is how many the batch holds (fewer than the limit: it holds every free token).
+# `rows` is how many the batch holds (fewer than the limit: it holds every free token), `total`
+# what they add up to.
 REACH = """
 reach AS MATERIALIZED (
-    SELECT s.rows,
+    SELECT s.rows, s.total,
            CASE WHEN s.total >= %(need)s::numeric OR s.rows < %(limit)s::int THEN s.total
                 ELSE {beyond_batch}
            END AS free

@@ -160,7 +160,7 @@ RESULT = """
 SELECT (SELECT value FROM fence) AS fence,
        g.ids AS granted_ids, g.quantities AS granted_quantities, g.expires_at"""
 # What a fetch adds: what it tried, what its batch says of the wallet (short batch, exhausted,
-# free), the shortfall's unspent total, and its spare rows.
+# free, its rows and their total), the shortfall's unspent total, and its spare rows.
 # The unspent total a shortfall reports, as SUPPLY reads it: [sum, count] of the wallet's largest
 # MAX_EXAMINED + 1 unspent tokens (a count past MAX_EXAMINED: Supply.complete is false), read
 # only when the free tokens are short (a CASE evaluates its subqueries lazily).
@@ -169,6 +169,8 @@ FETCHED = """,
        r.free IS NULL AS short_batch,
        r.rows < %(limit)s::int AS exhausted,
        r.free,
+       r.rows AS batch_rows,
+       r.total AS batch_total,
        CASE WHEN r.free >= 0 AND r.free < %(need)s::numeric THEN (
            SELECT ARRAY[coalesce(sum(x.quantity), 0), count(*)]
            FROM (SELECT t.quantity FROM tokens_token t WHERE {unspent_of_key}

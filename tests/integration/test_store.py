@@ -132,6 +132,15 @@ class TestStatements:
         assert len(result.granted) == 1 and len(result.spare) == 4
         assert not result.exhausted
 
+    @pytest.mark.parametrize("contested", [True, False])
+    def test_a_fetch_says_what_its_batch_held(self, store, contested):
+        make_tokens(20, quantity=3)
+        covered = store.fetch_and_lock(replace(claim("tx", 1, 5), contested=contested), 8)
+        # A full batch that cannot cover the need: the wallet's tokens may, so nothing is locked.
+        short = store.fetch_and_lock(replace(claim("tx-2", 2, 30), contested=contested), 8)
+        assert (covered.batch_rows, covered.batch_total) == (8, 24) and len(covered.granted) == 2
+        assert short.short_batch and (short.batch_rows, short.batch_total) == (8, 24)
+
     def test_fetch_order_is_a_fresh_permutation(self, store):
         make_tokens(50, quantity=1)
         firsts = set()

@@ -64,4 +64,4 @@ def warm(selector: Selector, key: WalletKey) -> None:
     A replica's first fetch of a wallet (a cold one) is not answered the rest of its batch, so
     it queues nothing; tests of the queue start from a warm wallet, whose fetches fill it.
     """
-    selector._selected(key)
+    selector._demand.selected(key)

@@ -91,6 +91,19 @@ def test_a_full_random_batch_that_cannot_cover_locks_nothing_and_says_so(funded,
     assert [c.quantity for c in largest.granted] == [10, 9, 8, 7] and not largest.short_batch
 
 
+def test_every_fetch_says_what_its_batch_held(funded, key):
+    funded.try_lock(claim("other", 1), [Candidate(1, 1), Candidate(2, 2)])
+
+    whole = funded.fetch_and_lock(claim("tx", 2, 53, key), 64)  # every free token: 3 to 10
+    short = funded.fetch_and_lock(claim("tx", 3, 35, key), 4)
+    covered = funded.fetch_and_lock(claim("tx", 4, 3, key), 4)
+
+    rows = covered.granted + covered.spare
+    assert (covered.batch_rows, covered.batch_total) == (4, sum(c.quantity for c in rows))
+    assert short.short_batch and short.batch_rows == 4 and short.batch_total < 35
+    assert (whole.batch_rows, whole.batch_total) == (8, 52) and whole.shortfall is not None
+
+
 def test_recording_claims_are_recorded_by_the_completing_call_and_refused_once_taken(key, clock):
     store = InMemoryStore(clock=clock, rng=random.Random(3))
     for token_id in range(1, 5):

@@ -377,7 +377,25 @@ def test_a_wallet_this_replica_has_to_itself_gets_longer_fetches(store, clock, s
         n += 1
     assert spy.limits[0] == 4 and spy.limits.count(32) == 1
 
-    # Another replica takes the queued tokens: the first refusal ends the calm.
+    # Another replica takes the queued tokens: the refusals end the calm and make the wallet
+    # contested, whose fetch reads what its need takes (twice 2 tokens of 1), no less than cold.
     hold(store, "other", 7, key, *[c.token_id for c in selector.cache.peek(key)])
     selector.select("tx-after", key.wallet, key.currency, 2)
-    assert spy.limits[-1] == 8
+    assert selector.cache.contested(key) and spy.limits[-1] == 4
+
+
+def test_a_contested_wallets_fetch_reads_what_the_need_takes(store, clock, sleeper, key):
+    issue(store, key, [1] * 400)
+    spy = LimitSpy(store)
+    selector = make_selector(spy, clock, sleeper, fetch_limit=32, cold_fetch_limit=4)
+    warm(selector, key)
+    selector.select("tx-0", key.wallet, key.currency, 2)  # a warm fetch: 32 rows, 30 queued
+    assert spy.limits == [32]
+    # Another replica takes the queued tokens: refused, the wallet is contested.
+    hold(store, "other", 7, key, *[c.token_id for c in selector.cache.peek(key)])
+    selector.select("tx-1", key.wallet, key.currency, 2)
+    assert selector.cache.contested(key) and spy.limits[-1] == 4  # twice 2 tokens, or cold
+
+    for need, limit in ((10, 20), (16, 32), (20, 32)):
+        selector.select(f"tx-{need}", key.wallet, key.currency, need)
+        assert (spy.limits[-1], spy.spare[-1]) == (limit, False)
