@@ -21,10 +21,11 @@ FETCH_LIMIT = 64
 # Rows per fetch of a wallet this replica has not selected from lately: its leftovers would most
 # likely expire unused, so the fetch reads little more than one selection needs, and keeps none.
 COLD_FETCH_LIMIT = 16
-# A contested wallet's fetch queues nothing of what it reads (sherdlock.cache), so it reads what
-# its need takes at the wallet's tokens as its latest random batch held them, this many times
-# over: its random tokens fall short of twice their mean only by a streak of small ones, and the
-# ones others take first are passed over. Never fewer than a cold fetch, nor more than a warm one.
+# A contested wallet's fetch queues nothing of what it reads (sherdlock.cache), so it reads the
+# tokens its need takes at the wallet's mean token (as its latest random batch held them), this
+# many times over: such a batch falls short only on a run of small tokens, and has room for those
+# others take first, which it passes over. Never fewer rows than a cold fetch, nor more than a
+# warm one (sherdlock.demand).
 BATCH_MARGIN = 2
 # Rows per fetch of a wallet whose queued tokens this replica keeps locking unrefused: nobody else
 # takes them, so a long queue stays fresh and a replica alone on a hot wallet rarely fetches.

@@ -17,8 +17,8 @@ class Demand:
 
     A key selected from again within the cache ttl is in demand here (warm), worth a full batch
     and a queue of what it leaves; one not selected from lately is cold. What its latest random
-    batch held per token sizes a contested key's fetches. Each is kept for the latest
-    `max_keys` keys; thread-safe.
+    batch held per token sizes a contested key's fetches. Both are kept for the latest
+    `cache_max_wallets` keys; thread-safe.
     """
 
     def __init__(self, config: SelectorConfig, ttl: float, clock: Clock) -> None:
@@ -61,6 +61,6 @@ class Demand:
             return min(config.fetch_limit, max(config.cold_fetch_limit, wanted)), True
         return max(config.fetch_limit, config.calm_fetch_limit if cache.calm(key) else 0), True
 
-    def _bound(self, stamps: OrderedDict[WalletKey, float]) -> None:
-        if len(stamps) > self._config.cache_max_wallets:
-            stamps.popitem(last=False)
+    def _bound(self, kept: OrderedDict[WalletKey, float]) -> None:
+        if len(kept) > self._config.cache_max_wallets:
+            kept.popitem(last=False)

@@ -44,7 +44,8 @@ class Selector:
         )
         self._rng = rng if rng is not None else random.Random()
         self._sleep = sleep
-        # When this replica last selected from each key, by a fetch or from its queue.
+        # When this replica last selected from each key (by a fetch or from its queue) and
+        # what its tokens are worth: how many rows a fetch of it reads.
         self._demand = Demand(self._config, self._cache.ttl, clock)
         self._lock = threading.Lock()  # for adding an ordered cache
         # Candidates read in quantity order, per order: kept apart from the random queues,
