@@ -207,9 +207,10 @@ def test_a_shortfall_counts_at_most_the_bound_of_unspent_tokens():
     plan = run_analysed(statement, {**FETCH, "limit": 64, "need": 10**12})
     # The batch and the walk pass the held tokens by; the total reads no more than the bound.
     assert rows_read(plan, "tokens_token") <= 64 + WALLET + MAX_EXAMINED + 1
-    row = db.one(db.execute(statement, {**FETCH, "limit": 64, "need": 10**12}))
-    assert row[7] == 2000  # every free token
-    assert [int(v) for v in row[8]] == [10 * (MAX_EXAMINED + 1), MAX_EXAMINED + 1]
+    cursor = db.execute(statement, {**FETCH, "limit": 64, "need": 10**12})
+    row = dict(zip([column.name for column in cursor.description], db.one(cursor), strict=True))
+    assert row["free"] == 2000  # every free token
+    assert [int(v) for v in row["unspent"]] == [10 * (MAX_EXAMINED + 1), MAX_EXAMINED + 1]
 
 
 def test_an_over_ask_of_a_wallet_held_by_others_is_refused_as_too_large(api):
