@@ -87,6 +87,7 @@ class PostgresTokenStore:
             unspent,
             spare_ids,
             spare_quantities,
+            turn_taken,
             is_open,
             recorded_id,
             recorded_at,
@@ -116,6 +117,7 @@ class PostgresTokenStore:
             too_many=free is not None and free == batches.TOO_MANY,
             batch_rows=int(batch_rows),
             batch_total=int(batch_total),
+            turn_taken=bool(turn_taken),
             record=self._recorded(claim, int(fence), granted, recorded_id, recorded_at, tokens),
         )
 
@@ -240,6 +242,10 @@ class PostgresTokenStore:
         contested = fetch and claim.contested
         if fetch:
             params["spare"] = claim.spare
+        if contested:
+            # A caller's transaction would hold the turn's lock until it ends (locking.TURN).
+            in_transaction = connections[self.using].in_atomic_block
+            params["yield_to_turn"] = claim.yield_to_turn and not in_transaction
         # The first locking statement of a rate-limited request takes its units
         # (clients.throttling.charging) and locks nothing if a bucket refuses. The meter stays
         # pending until the statement has run: one that fails (cancelled, say) takes nothing, as

@@ -35,8 +35,10 @@ class TokenStore(Protocol):
         found, and `conflicts` to the rows it tried to lock but lost to a concurrent
         selection. For a `claim.contested` key a store may take each row as of the moment it
         locks it rather than as of its read of the batch: a row locked meanwhile is then passed
-        over, neither tried (no conflict) nor returned as spare. Raise only on failures that
-        are not contention (connection lost, ...).
+        over, neither tried (no conflict) nor returned as spare. With `claim.yield_to_turn`
+        lock nothing and set `turn_taken` while another selection holds or asks for the key's
+        turn (see `await_turn`). Raise only on failures that are not contention (connection
+        lost, ...).
         """
         ...
 

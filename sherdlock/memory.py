@@ -122,11 +122,7 @@ class InMemoryStore:
         """Return the lock rows that have not expired."""
         with self._mutex:
             now = self._clock()
-            return {
-                t: (r.tx_id, r.fence, r.expires_at)
-                for t, r in self._locks.items()
-                if r.expires_at > now
-            }
+            return {t: row for t, row in self.locks().items() if row[2] > now}
 
     def balance(self, key: WalletKey) -> int:
         """Return the sum of the unspent tokens of `key`."""
@@ -180,6 +176,9 @@ class InMemoryStore:
         with self._mutex:
             fault = self._enter("fetch_and_lock")
             fence = self._fence(claim)
+            if claim.yield_to_turn and not self.turns.free(claim.key):
+                self._raise_after(fault)
+                return FetchResult(fence=fence, turn_taken=True)
             now = self._clock()
             key, need = claim.key, claim.need
             free = self._free(key, now)

@@ -53,7 +53,8 @@ class Round:
         """Describe this round to the store (``contested``, ``spare``: see Claim).
 
         ``largest_first``: a fetch in descending order of quantity, whatever the strategy's
-        order (after a random fetch came back short, FetchResult.short_batch).
+        order (after a random fetch came back short, FetchResult.short_batch). A contested
+        fetch of a newcomer to its key yields to the key's turn (Claim.yield_to_turn).
         """
         return Claim(
             self.tx_id,
@@ -68,6 +69,7 @@ class Round:
             self.strategy.name,
             contested,
             spare,
+            contested and self.turn.newcomer,
         )
 
     def adopt(self, fence: int | None, record: object | None) -> None:

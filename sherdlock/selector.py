@@ -99,8 +99,9 @@ class Selector:
         stats = SelectionStats()
         first = Round(tx_id, key, quantity, fence, stats, recording=record, namespace=namespace)
         first.turn = turns.Turn(self._clock())
-        if patient and self._config.turn_after and self._cache.contested(key):
-            turns.enter(self._store, first, self._config)
+        # A newcomer to a contested key lets whoever holds or asks for its turn go first.
+        turns_on = patient and bool(self._config.turn_after)
+        first.turn.newcomer = turns_on and self._cache.contested(key)
         first.strategy = strategy if strategy is not None else DEFAULT
         try:
             return self._rounds(first, patient)
@@ -238,10 +239,11 @@ class Selector:
 
     def _gather(self, rnd: Round, patient: bool) -> None:
         """Lock tokens from the cache, refetching when it runs dry, until the quantity is met."""
+        store, config, stats = self._store, self._config, rnd.stats
         if rnd.strategy.chooses:
+            turns.enter(store, rnd, config)
             choosing.gather(self, rnd, patient)
             return
-        store, config, stats = self._store, self._config, rnd.stats
         cache = self._cache_for(rnd.strategy.order)
         # Fetches in a row that locked nothing before the round gives up. An impatient round
         # refetches at once: picks all taken by concurrent statements say nothing about what is
@@ -260,6 +262,7 @@ class Selector:
             if cache is not self._cache:  # this replica's holds live in the random cache
                 batch = [c for c in batch if not self._cache.is_held(c.token_id)]
             if batch:
+                turns.enter(store, rnd, config)
                 self._demand.selected(rnd.key)
                 # Not granted means someone else holds, spent or is touching the token. It
                 # left the queue and comes back only if a later fetch sees it free.
@@ -286,16 +289,21 @@ class Selector:
             # Replicas that fall back to a wallet's largest tokens go for the same few, so that
             # fetch takes each as of the moment it locks it, as on a contested wallet. A fetch
             # for a contested or a cold wallet does not ask for the rows it does not lock.
-            crowded = cache.contested(rnd.key)
+            crowded = cache.contested(rnd.key) or rnd.turn.newcomer
             sized = crowded and not largest_first and rnd.strategy.order == ORDER_RANDOM
             limit, warm = self._demand.fetch_limit(rnd.key, cache, need if sized else 0)
             claim = rnd.claim(largest_first or crowded, largest_first, warm and not crowded)
             result = store.fetch_and_lock(claim, limit)
             rnd.pending = []
+            stats.fetches += 1
+            if result.turn_taken:  # it locked nothing: wait for the turn to end, then fetch
+                rnd.adopt(result.fence, None)
+                turns.enter(store, rnd, config)
+                continue
+            rnd.turn.newcomer = False
             if claim.order == ORDER_RANDOM:
                 self._demand.measured(rnd.key, result.batch_rows, result.batch_total)
             fetches += 1
-            stats.fetches += 1
             # The prefix a fetch tried to lock counts as attempts, like a try_lock batch.
             stats.lock_attempts += len(result.granted) + result.conflicts
             stats.lock_conflicts += result.conflicts

@@ -6,9 +6,13 @@ what came free: on a wallet whose value is short of its demand a newcomer often 
 unlucky poller waits round after round. So a selection that has waited `turn_after` seconds
 queues for its key's turn (`TokenStore.take_turn`: one holder at a time, in the order asked)
 and, holding it, polls every `turn_poll` seconds. A newcomer to a key this replica sees
-contested (`TokenCache.contested`) first waits for nobody to hold or ask for the turn
-(`TokenStore.await_turn`), so what comes free goes to the one that waited, or to selections
-already under way, not to it. The holder gives the turn back as soon as one of its calls
+contested (`TokenCache.contested`) lets whoever holds or asks for the turn go first, so what
+comes free goes to the one that waited, or to selections already under way, not to it: its
+first fetch locks nothing while the turn is held or asked for and says so
+(`Claim.yield_to_turn`, `FetchResult.turn_taken`), and it then waits for nobody to hold or ask
+for the turn (`TokenStore.await_turn`) before it fetches again. Nobody usually does, and the
+fetch alone answers; a newcomer whose first call is another (a try-lock of cached tokens, a
+choosing strategy's window) waits first. The holder gives the turn back as soon as one of its calls
 locks something (a selection gathering many tokens then goes on beside the others) and when
 its selection ends. No selection waits for a turn longer than `yield_limit` seconds at a time:
 a holder that stalled (its process paused) holds nobody up for longer.
@@ -40,6 +44,7 @@ class Turn:
     since: float  # when the selection started
     held: bool = False
     refused: bool = False  # its wait for the turn timed out: it asks no more
+    newcomer: bool = False  # to a contested key, and has not yet let its turn's holder go first
 
     def stall(self, config: SelectorConfig) -> float:
         """Return how much one refetch without progress counts towards `max_retries`.
@@ -54,8 +59,10 @@ class Turn:
 
 
 def enter(store: TokenStore, rnd: Round, config: SelectorConfig) -> None:
-    """Let a newcomer to a contested key wait for another selection's turn of it to end."""
-    store.await_turn(rnd.key, config.yield_limit)
+    """Let a newcomer to a contested key wait for another selection's turn of it to end, once."""
+    if rnd.turn.newcomer:
+        rnd.turn.newcomer = False
+        store.await_turn(rnd.key, config.yield_limit)
 
 
 def wait_for_funds(
@@ -122,12 +129,15 @@ class Turns:
 
     def wait(self, key: WalletKey, wait: float) -> bool:
         """Wait up to `wait` for nobody (but this thread) to hold or ask for the turn of `key`."""
-        me = threading.get_ident()
         with self._changed:
             self._calls["await_turn"] += 1
-            return self._changed.wait_for(
-                lambda: not self.asking[key] and self.held.get(key, me) == me, wait
-            )
+            return self._changed.wait_for(lambda: self.free(key), wait)
+
+    def free(self, key: WalletKey) -> bool:
+        """Tell whether nobody (but this thread) holds or asks for the turn of `key` now."""
+        me = threading.get_ident()
+        with self._changed:
+            return not self.asking[key] and self.held.get(key, me) == me
 
     def end(self, key: WalletKey) -> None:
         """Give back this thread's turn of `key`."""

@@ -69,6 +69,9 @@ class Claim:
     # a replica keeps no queue of a contested key (sherdlock.cache), nor of one it has not
     # selected from lately (a cold one), so a store may leave them out of its answer.
     spare: bool = True
+    # A newcomer to a contested key (sherdlock.turns): a fetch locks nothing while another
+    # selection holds or asks for the key's turn, and says so (FetchResult.turn_taken).
+    yield_to_turn: bool = False
 
     @property
     def held_total(self) -> int:
@@ -140,6 +143,9 @@ class FetchResult:
     # what they add up to: what a batch of the key holds per token.
     batch_rows: int = 0
     batch_total: int = 0
+    # Set when the claim yields to the key's turn (Claim.yield_to_turn) and another selection
+    # holds or asks for it: nothing was locked.
+    turn_taken: bool = False
 
 
 @dataclass(slots=True)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from clients.sql import ADMITTED, METERED, RESULT_METERED
 from locks.sql import batches
 from locks.sql.batches import UNSPENT_OF_KEY
+from locks.sql.turns import TURN_KEY
 from sherdlock.strategies import MAX_EXAMINED
 
 # -- the start of every statement: commit mode and fence -------------------------------------
@@ -63,6 +64,22 @@ gate AS MATERIALIZED (
        AS open
 ),"""
 OPEN = "(SELECT open FROM gate)"
+
+# A newcomer to a contested key yields to the key's turn (sherdlock.turns): with
+# %(yield_to_turn)s a contested fetch locks nothing while another session holds or asks for the
+# turn, and says so (turn_taken). A shared try on the turn's advisory lock answers: PostgreSQL
+# refuses it while the lock is held or a session waits for it, and grants it at once otherwise.
+# Taken for the transaction, it ends with the statement: the store yields only in a statement
+# of its own, never in a caller's transaction.
+TURN = """
+turn AS MATERIALIZED (
+    SELECT CASE WHEN %(yield_to_turn)s::boolean
+                THEN pg_try_advisory_xact_lock_shared(
+                         {turn_key})
+                ELSE true
+           END AS free
+),""".format(turn_key=TURN_KEY)
+TURN_FREE = "(SELECT free FROM turn)"
 
 # -- locking what was chosen: wanted, granted ---------------------------------------------------
 
@@ -180,6 +197,11 @@ FETCHED = """,
        s.ids AS spare_ids, s.quantities AS spare_quantities""".format(
     unspent_of_key=UNSPENT_OF_KEY, examined=MAX_EXAMINED
 )
+# Whether a contested fetch yielded to the key's turn (TURN); other fetches never do.
+TURN_TAKEN = f""",
+       NOT {TURN_FREE} AS turn_taken"""
+TURN_NOT_ASKED = """,
+       false AS turn_taken"""
 NOT_RECORDED = """,
        true AS open, NULL::bigint AS recorded_id, NULL AS recorded_at, NULL AS tokens"""
 RECORDED_RESULT = """,
@@ -250,10 +272,12 @@ class LockStatement:
     def fragments(self) -> list[str]:
         """Return the statement's CTEs, in order, each ending in a comma."""
         gates = ([OPEN] if self.record else []) + ([ADMITTED] if self.metered else [])
+        gates += [TURN_FREE] if self.contested else []
         gated = "".join(f"\n      AND {gate}" for gate in gates)
         ctes = [COMMIT_MODE, FENCE]
         ctes += [METERED] if self.metered else []
         ctes += [GATE] if self.record else []
+        ctes += [TURN] if self.contested else []
         if self.choice == "given":
             ctes += [batches.GIVEN.format(gated=gated)]
         elif self.choice == "random":
@@ -269,7 +293,9 @@ class LockStatement:
 
     def result(self) -> str:
         """Return the statement's result row and what it is read from."""
-        columns = RESULT + (FETCHED if self.fetch else "")
+        columns = RESULT
+        if self.fetch:
+            columns += FETCHED + (TURN_TAKEN if self.contested else TURN_NOT_ASKED)
         columns += RECORDED_RESULT if self.record else NOT_RECORDED
         columns += RESULT_METERED if self.metered else ""
         spare = FROM_SPARE.format(tried=TRIED_AS_OF_NOW if self.contested else TRIED)

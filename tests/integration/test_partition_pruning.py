@@ -114,6 +114,7 @@ def lock_params(cursor, wallet: str, tx_id: str = "tx-new") -> dict:
         "lease": 60.0,
         "synchronous_commit": None,
         "spare": True,
+        "yield_to_turn": True,
         "quantity": Decimal(25),
         "held_total": Decimal(0),
         "held_ids": [],

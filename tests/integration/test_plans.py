@@ -35,6 +35,7 @@ CALL = {
     "lease": 60.0,
     "synchronous_commit": None,
     "spare": True,
+    "yield_to_turn": True,
     "strategy": "random",
     "quantity": 5,
     "held_total": 0,

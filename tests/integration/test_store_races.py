@@ -76,6 +76,7 @@ def gated_fetch(db_url, statement: str, locked_meanwhile: int, need: int = 10) -
                         "lease": 30.0,
                         "synchronous_commit": None,
                         "spare": True,
+                        "yield_to_turn": True,
                     },
                 ).fetchone()
             except Exception as exc:  # surfaced by the assertion below

@@ -9,8 +9,10 @@ import time
 import pytest
 from django.db import connection, transaction
 
+from locks.models import TokenLock
 from locks.store import PostgresTokenStore
-from sherdlock import WalletKey
+from sherdlock import Claim, WalletKey
+from tests.factories import make_tokens
 from tests.helpers.blocked import wait_until_blocked
 from tests.helpers.turns import Worker, assert_turns_go_in_the_order_asked
 
@@ -126,3 +128,66 @@ def test_a_session_that_cannot_give_its_turn_back_ends_it(store, monkeypatch):
     _in_session(take_and_fail).join(10)
 
     assert store.await_turn(KEY, 5.0)  # not left in the pool holding it
+
+
+# A newcomer to a contested key (sherdlock.turns): its fetch asks whether the turn is free.
+NEWCOMER = Claim("tx-new", KEY, 5, contested=True, yield_to_turn=True)
+
+
+def test_a_newcomers_fetch_locks_nothing_while_the_turn_is_held(store):
+    make_tokens(1, quantity=5)
+    taken, done = threading.Event(), threading.Event()
+    holder = _hold(store, KEY, taken, done)
+    try:
+        yielded = store.fetch_and_lock(NEWCOMER, 16)
+        # Not a newcomer: a selection already under way takes what is free.
+        under_way = store.fetch_and_lock(Claim("tx-old", KEY, 5, contested=True), 16)
+    finally:
+        done.set()
+        holder.join(10)
+
+    assert yielded.turn_taken and yielded.granted == [] and yielded.fence is not None
+    assert not under_way.turn_taken and [c.quantity for c in under_way.granted] == [5]
+    assert list(TokenLock.objects.values_list("spender_tx_id", flat=True)) == ["tx-old"]
+
+
+def test_a_newcomers_fetch_locks_nothing_while_the_turn_is_asked_for(store):
+    make_tokens(1, quantity=5)
+    key = f"1936221291, hashtext('{KEY.wallet}/{KEY.currency}')"
+    sharing, done = threading.Event(), threading.Event()
+
+    def share() -> None:  # as a newcomer's wait does, for as long as the test needs
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT pg_advisory_lock_shared({key})")
+            sharing.set()
+            assert done.wait(10)
+            cursor.execute(f"SELECT pg_advisory_unlock_shared({key})")
+
+    sharer = _in_session(share)
+    assert sharing.wait(5)
+    asker = _in_session(lambda: store.take_turn(KEY, 10.0) and store.end_turn(KEY))
+    try:
+        _until_waiting(1)  # asks, behind the shared lock: nobody holds the turn
+        yielded = store.fetch_and_lock(NEWCOMER, 16)
+    finally:
+        done.set()
+        for thread in (sharer, asker):
+            thread.join(10)
+
+    assert yielded.turn_taken and yielded.granted == [] and not TokenLock.objects.exists()
+    after = store.fetch_and_lock(NEWCOMER, 16)  # nobody holds or asks for it now
+    assert not after.turn_taken and [c.quantity for c in after.granted] == [5]
+
+
+def test_a_newcomers_fetch_inside_a_transaction_does_not_yield(store):
+    make_tokens(1, quantity=5)
+    taken, done = threading.Event(), threading.Event()
+    holder = _hold(store, KEY, taken, done)
+    try:
+        with transaction.atomic():  # the turn's lock would last as long as the transaction
+            result = store.fetch_and_lock(NEWCOMER, 16)
+    finally:
+        done.set()
+        holder.join(10)
+
+    assert not result.turn_taken and [c.quantity for c in result.granted] == [5]

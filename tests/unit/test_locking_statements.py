@@ -64,6 +64,8 @@ def test_what_a_variant_does_shows_in_its_text(variant):
     assert "synchronous_commit" in parameters
     assert ("strategy" in parameters) == variant.record
     assert ("spare" in parameters) == variant.fetch
+    # A contested fetch yields to the key's turn when asked to (sherdlock.turns).
+    assert ("turn" in names and "yield_to_turn" in parameters) == variant.contested
 
 
 def test_unknown_choices_and_contested_try_locks_are_refused():

@@ -6,10 +6,18 @@ import contextlib
 import random
 import threading
 import time
+from collections import Counter
 
 import pytest
 
-from sherdlock import FundsLocked, InMemoryStore, Selector, SelectorConfig, WalletKey
+from sherdlock import (
+    FundsLocked,
+    InMemoryStore,
+    Selector,
+    SelectorConfig,
+    Strategy,
+    WalletKey,
+)
 from tests.helpers.processes import wait_for
 from tests.helpers.turns import Worker, assert_turns_go_in_the_order_asked
 from tests.unit.selector_helpers import assert_owns, hold, issue, locks_of, make_selector
@@ -83,10 +91,14 @@ def test_without_turn_after_nobody_takes_or_waits_for_a_turn(store, clock, sleep
     assert store.calls["take_turn"] == store.calls["await_turn"] == 0
 
 
-def _select_in_thread(selector: Selector, key: WalletKey, got: dict) -> threading.Thread:
+def _select_in_thread(
+    selector: Selector, key: WalletKey, got: dict, strategy: Strategy | None = None
+) -> threading.Thread:
     def run() -> None:
         try:
-            got["selection"] = selector.select("tx-new", key.wallet, key.currency, 1)
+            got["selection"] = selector.select(
+                "tx-new", key.wallet, key.currency, 1, strategy=strategy
+            )
         except Exception as exc:  # surfaced by the assertions
             got["error"] = exc
 
@@ -115,7 +127,9 @@ def _hold_turn(store: InMemoryStore, key: WalletKey, taken: threading.Event, don
 
 
 @contextlib.contextmanager
-def _newcomer_while_a_turn_is_held(key: WalletKey, yield_limit: float, contested: bool = True):
+def _newcomer_while_a_turn_is_held(
+    key: WalletKey, yield_limit: float, contested: bool = True, strategy: Strategy | None = None
+):
     """Hold the turn of ``key`` (a free token of 5 in it) in one thread and start a newcomer's
     selection of 1 in another; yield the store, the newcomer's thread, what it got, and the
     event that ends the turn (set on the way out whatever happened)."""
@@ -127,7 +141,7 @@ def _newcomer_while_a_turn_is_held(key: WalletKey, yield_limit: float, contested
     taken, done, got = threading.Event(), threading.Event(), {}
     holder = _hold_turn(store, key, taken, done)
     try:
-        yield store, _select_in_thread(selector, key, got), got, done
+        yield store, _select_in_thread(selector, key, got, strategy), got, done
     finally:
         done.set()
         holder.join(5)
@@ -138,10 +152,38 @@ def test_a_newcomer_to_a_contested_key_waits_for_the_turn_to_end(key):
         # Inside its wait for the turn, which cannot end while the turn is held.
         wait_for(lambda: store.calls["await_turn"], "the newcomer to wait for the turn")
         assert newcomer.is_alive() and got == {}  # waits, though the token is free
-        assert store.calls["fetch_and_lock"] == store.calls["try_lock"] == 0
+        # Its one fetch yielded to the turn and locked nothing.
+        assert store.calls["fetch_and_lock"] == 1 and store.calls["try_lock"] == 0
+        assert store.live_locks() == {}
         done.set()
         newcomer.join(5)
         assert not newcomer.is_alive() and got["selection"].token_ids == (1,)
+        assert store.calls["fetch_and_lock"] == 2 and store.calls["await_turn"] == 1
+
+
+def test_a_newcomer_choosing_its_tokens_waits_for_the_turn_before_it_reads_any(key):
+    exact = Strategy("exact", fallback=True)  # none sums to 1: it falls back to random
+    with _newcomer_while_a_turn_is_held(key, 10.0, strategy=exact) as (store, newcomer, got, done):
+        wait_for(lambda: store.calls["await_turn"], "the newcomer to wait for the turn")
+        assert newcomer.is_alive() and got == {}
+        assert store.calls["candidates"] == store.calls["try_lock"] == 0
+        done.set()
+        newcomer.join(5)
+        assert not newcomer.is_alive() and got["selection"].token_ids == (1,)
+        assert store.calls["await_turn"] == 1  # once per selection
+
+
+def test_a_newcomer_to_a_contested_key_nobody_holds_the_turn_of_fetches_without_waiting(key):
+    store = InMemoryStore()
+    issue(store, key, [5])
+    selector = _real_time_selector(store, yield_limit=10.0)
+    _contested(selector, key)
+    calls = store.calls.copy()
+
+    selection = selector.select("tx-new", key.wallet, key.currency, 1)
+
+    assert selection.token_ids == (1,)
+    assert store.calls - calls == Counter(fetch_and_lock=1)  # its fetch alone asked
 
 
 def test_a_newcomer_waits_for_a_turn_no_longer_than_yield_limit(key):

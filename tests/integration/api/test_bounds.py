@@ -57,6 +57,7 @@ FETCH = {
     "lease": 60.0,
     "synchronous_commit": None,
     "spare": True,
+    "yield_to_turn": True,
 }
 
 
