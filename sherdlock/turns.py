@@ -9,13 +9,13 @@ and, holding it, polls every `turn_poll` seconds. A newcomer to a key this repli
 contested (`TokenCache.contested`) lets whoever holds or asks for the turn go first, so what
 comes free goes to the one that waited, or to selections already under way, not to it: its
 first fetch locks nothing while the turn is held or asked for and says so
-(`Claim.yield_to_turn`, `FetchResult.turn_taken`), and it then waits for nobody to hold or ask
-for the turn (`TokenStore.await_turn`) before it fetches again. Nobody usually does, and the
-fetch alone answers; a newcomer whose first call is another (a try-lock of cached tokens, a
-choosing strategy's window) waits first. The holder gives the turn back as soon as one of its calls
-locks something (a selection gathering many tokens then goes on beside the others) and when
-its selection ends. No selection waits for a turn longer than `yield_limit` seconds at a time:
-a holder that stalled (its process paused) holds nobody up for longer.
+(`Claim.yield_to_turn`, `FetchResult.turn_taken`), and it then waits for nobody to hold or
+ask for the turn (`TokenStore.await_turn`) before it fetches again. Nobody usually does, and
+the fetch alone answers; a newcomer whose first call is another (a try-lock of cached
+tokens, a choosing strategy's window) waits first. The holder gives the turn back as soon as
+one of its calls locks something (a selection gathering many tokens then goes on beside the
+others) and when its selection ends. No selection waits for a turn longer than `yield_limit`
+seconds at a time: a holder that stalled (its process paused) holds nobody up for longer.
 """
 
 from __future__ import annotations
