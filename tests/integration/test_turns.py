@@ -10,6 +10,7 @@ import pytest
 from django.db import connection, transaction
 
 from locks.models import TokenLock
+from locks.sql.turns import TURN_KEY
 from locks.store import PostgresTokenStore
 from sherdlock import Claim, WalletKey
 from tests.factories import make_tokens
@@ -153,15 +154,15 @@ def test_a_newcomers_fetch_locks_nothing_while_the_turn_is_held(store):
 
 def test_a_newcomers_fetch_locks_nothing_while_the_turn_is_asked_for(store):
     make_tokens(1, quantity=5)
-    key = f"1936221291, hashtext('{KEY.wallet}/{KEY.currency}')"
+    key = {"wallet": KEY.wallet, "currency": KEY.currency}
     sharing, done = threading.Event(), threading.Event()
 
     def share() -> None:  # as a newcomer's wait does, for as long as the test needs
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT pg_advisory_lock_shared({key})")
+            cursor.execute(f"SELECT pg_advisory_lock_shared({TURN_KEY})", key)
             sharing.set()
             assert done.wait(10)
-            cursor.execute(f"SELECT pg_advisory_unlock_shared({key})")
+            cursor.execute(f"SELECT pg_advisory_unlock_shared({TURN_KEY})", key)
 
     sharer = _in_session(share)
     assert sharing.wait(5)
