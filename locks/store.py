@@ -23,7 +23,7 @@ from sherdlock import (
     Supply,
     WalletKey,
 )
-from sherdlock.strategies import MAX_EXAMINED
+from sherdlock.strategies import MAX_EXAMINED, ORDER_RANDOM
 
 
 @dataclass(frozen=True)
@@ -253,8 +253,12 @@ class PostgresTokenStore:
         meter = throttling.pending()
         if meter is not None:
             params.update(meter.params())
+        # A random fetch for a key the caller keeps no queue of, and does not see contested, is
+        # a cold key's (batches.FRONT_BATCH).
+        cold = fetch and claim.order == ORDER_RANDOM and not contested and not claim.spare
         variant = locking.LockStatement(
             choice=claim.order if fetch else "given",
+            cold=cold,
             contested=contested,
             record=claim.record,
             metered=meter is not None,

@@ -145,7 +145,8 @@ class Token(models.Model):
         ]
         indexes = [
             # Serves "unspent tokens of (wallet, currency)" — the selector's candidate query —
-            # in id order, so a fetch can start at a random pivot and walk the index.
+            # in id order, so a fetch can start at a random pivot (or at the wallet's first
+            # free token) and walk the index.
             models.Index(
                 fields=["wallet", "currency", "id"],
                 include=["quantity"],

@@ -3,10 +3,11 @@
 A locking statement (``locks.sql.locking``) tries the tokens of one of these choices:
 
 - ``GIVEN``: the ids the caller names (the try-lock of cached candidates);
-- a fetch: a batch of the wallet's free tokens (``RANDOM_BATCH`` from a random pivot, or
-  ``ORDERED_BATCH`` in quantity order), what the batch covers (``REACH``), then the tokens to
-  lock: a random prefix of the batch that covers the need (``PREFIX``), or on a contested
-  wallet a covering run taken as of the moment of each lock (``TAKEN_AS_OF_NOW``).
+- a fetch: a batch of the wallet's free tokens (``RANDOM_BATCH`` from a random pivot,
+  ``FRONT_BATCH`` from the wallet's first free token for a cold key, or ``ORDERED_BATCH`` in
+  quantity order), what the batch covers (``REACH``), then the tokens to lock: a random prefix
+  of the batch that covers the need (``PREFIX``), or on a contested wallet a covering run taken
+  as of the moment of each lock (``TAKEN_AS_OF_NOW``).
 
 Each fragment is a run of CTEs ending in a comma; ``{gated}`` is where the statement adds the
 conditions that let it lock anything at all (an unused tx id, an admitted rate limit). The
@@ -81,6 +82,22 @@ lower_part AS (
 candidates AS MATERIALIZED (
     SELECT id, quantity, random() AS rnd
     FROM ((SELECT id, quantity FROM upper_part) UNION ALL (SELECT id, quantity FROM lower_part)
+          LIMIT %(limit)s::int) batch
+),""".format(**FILL)
+
+# The batch of a cold key's random fetch (sherdlock.types.Claim.spare false, not contested): the
+# wallet's first free tokens in id order, shuffled. The replica keeps none of the batch, and the
+# wallet is not one its selections keep colliding on, so walking from a random pivot would buy
+# nothing: a wallet that replicas select from again and again is warm in them, or contested,
+# and those fetches walk from a pivot. A cold fetch that does collide makes the key contested
+# like any other. One index walk, without the pivot's reads of the wallet's id range or a
+# wrap-around walk.
+FRONT_BATCH = """
+candidates AS MATERIALIZED (
+    SELECT id, quantity, random() AS rnd
+    FROM (SELECT t.id, t.quantity FROM tokens_token t
+          WHERE {unspent_of_key} AND {free}
+          ORDER BY t.id
           LIMIT %(limit)s::int) batch
 ),""".format(**FILL)
 

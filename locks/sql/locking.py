@@ -177,7 +177,8 @@ RESULT = """
 SELECT (SELECT value FROM fence) AS fence,
        g.ids AS granted_ids, g.quantities AS granted_quantities, g.expires_at"""
 # What a fetch adds: what it tried, what its batch says of the wallet (short batch, exhausted,
-# free, its rows and their total), the shortfall's unspent total, and its spare rows.
+# free, its rows and their total), the shortfall's unspent total, then its spare rows (none
+# for a cold fetch, whose caller keeps none).
 # The unspent total a shortfall reports, as SUPPLY reads it: [sum, count] of the wallet's largest
 # MAX_EXAMINED + 1 unspent tokens (a count past MAX_EXAMINED: Supply.complete is false), read
 # only when the free tokens are short (a CASE evaluates its subqueries lazily).
@@ -193,10 +194,11 @@ FETCHED = """,
            FROM (SELECT t.quantity FROM tokens_token t WHERE {unspent_of_key}
                  ORDER BY t.quantity DESC, t.id DESC
                  LIMIT {examined} + 1) x)
-       END AS unspent,
-       s.ids AS spare_ids, s.quantities AS spare_quantities""".format(
-    unspent_of_key=UNSPENT_OF_KEY, examined=MAX_EXAMINED
-)
+       END AS unspent""".format(unspent_of_key=UNSPENT_OF_KEY, examined=MAX_EXAMINED)
+SPARE = """,
+       s.ids AS spare_ids, s.quantities AS spare_quantities"""
+NO_SPARE = """,
+       NULL::bigint[] AS spare_ids, NULL::numeric[] AS spare_quantities"""
 # Whether a contested fetch yielded to the key's turn (TURN); other fetches never do.
 TURN_TAKEN = f""",
        NOT {TURN_FREE} AS turn_taken"""
@@ -217,17 +219,18 @@ RECORDED_RESULT = """,
                  WHERE id = ANY(%(held_ids)s::bigint[]) AND wallet = %(wallet)s::text) x)
        END AS tokens""".format(open=OPEN)
 # What the row is read from: what was granted, in one pass, and for a fetch its `reach`, what it
-# tried (`k`, counted once) and the rows of its batch it neither tried nor passed over, when its
-# caller keeps them (%(spare)s: a replica keeps no queue of a cold or contested wallet,
-# sherdlock.types.Claim.spare). What it tried is the front of its batch in the order it went
-# through it, so the spare is the rest of the batch in that order.
+# tried (`k`, counted once) and, but for a cold fetch, the rows of its batch it neither tried nor
+# passed over, when its caller keeps them (%(spare)s: a replica keeps no queue of a contested
+# wallet, sherdlock.types.Claim.spare). What it tried is the front of its batch in the order it
+# went through it, so the spare is the rest of the batch in that order.
 FROM_GRANTED = """
 FROM (SELECT array_agg(id ORDER BY id) AS ids, array_agg(quantity ORDER BY id) AS quantities,
              min(expires_at) AS expires_at
       FROM granted) g"""
-FROM_SPARE = """,
+FROM_FETCH = """,
      reach r,
-     {tried} k,
+     {tried} k"""
+FROM_SPARE = """,
      LATERAL (
          SELECT (array_agg(id ORDER BY rnd, id) FILTER (WHERE %(spare)s::boolean))[k.tried + 1:]
                     AS ids,
@@ -251,6 +254,8 @@ class LockStatement:
     """Which locking statement: the tokens it tries, how it takes them, what else it does."""
 
     choice: str  # given (try-lock of named ids), or a fetch: random, ascending, descending
+    # random fetch of a cold key: from the wallet's first free token, answering no spare rows
+    cold: bool = False
     contested: bool = False  # fetch: take tokens as of now, a covering run at a time
     record: bool = False  # gate on the tx id and write the selection row when complete
     metered: bool = False  # take the request's rate-limit units, lock nothing if refused
@@ -260,13 +265,15 @@ class LockStatement:
             raise ValueError(f"unknown choice {self.choice!r}")
         if self.contested and not self.fetch:
             raise ValueError("only a fetch takes tokens as of now")
+        if self.cold and (self.choice != "random" or self.contested):
+            raise ValueError("only a random fetch that is not contested reads as a cold one")
 
     @property
     def fetch(self) -> bool:
         return self.choice != "given"
 
     def __str__(self) -> str:
-        flags = ("contested", "record", "metered")
+        flags = ("cold", "contested", "record", "metered")
         return "-".join([self.choice, *(flag for flag in flags if getattr(self, flag))])
 
     def fragments(self) -> list[str]:
@@ -281,7 +288,8 @@ class LockStatement:
         if self.choice == "given":
             ctes += [batches.GIVEN.format(gated=gated)]
         elif self.choice == "random":
-            ctes += [batches.RANDOM_BATCH, batches.RANDOM_REACH]
+            batch = batches.FRONT_BATCH if self.cold else batches.RANDOM_BATCH
+            ctes += [batch, batches.RANDOM_REACH]
         else:
             ctes += [batches.ORDERED_BATCH[self.choice], batches.ORDERED_REACH]
         if self.fetch:
@@ -293,23 +301,33 @@ class LockStatement:
 
     def result(self) -> str:
         """Return the statement's result row and what it is read from."""
-        columns = RESULT
+        columns, source = RESULT, FROM_GRANTED
         if self.fetch:
-            columns += FETCHED + (TURN_TAKEN if self.contested else TURN_NOT_ASKED)
+            columns += FETCHED + (NO_SPARE if self.cold else SPARE)
+            columns += TURN_TAKEN if self.contested else TURN_NOT_ASKED
+            source += FROM_FETCH.format(tried=TRIED_AS_OF_NOW if self.contested else TRIED)
+            source += "" if self.cold else FROM_SPARE
         columns += RECORDED_RESULT if self.record else NOT_RECORDED
         columns += RESULT_METERED if self.metered else ""
-        spare = FROM_SPARE.format(tried=TRIED_AS_OF_NOW if self.contested else TRIED)
-        return columns + FROM_GRANTED + (spare if self.fetch else "")
+        return columns + source
 
     def sql(self) -> str:
         """Return the statement: its CTEs, the last one's comma dropped, then its result row."""
         return "WITH" + "".join(self.fragments()).rstrip(",") + "\n" + self.result()
 
 
+# Each choice's kinds of statement, (cold, contested): a try-lock is neither; a random fetch is
+# a warm key's, a cold key's or a contested key's; a fetch in quantity order is plain or contested.
+KINDS = {
+    "given": ((False, False),),
+    "random": ((False, False), (True, False), (False, True)),
+    "ascending": ((False, False), (False, True)),
+    "descending": ((False, False), (False, True)),
+}
 VARIANTS = tuple(
-    LockStatement(choice, contested, record, metered)
+    LockStatement(choice, cold, contested, record, metered)
     for choice in CHOICES
-    for contested in ((False, True) if choice != "given" else (False,))
+    for cold, contested in KINDS[choice]
     for record in (False, True)
     for metered in (False, True)
 )

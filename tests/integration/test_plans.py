@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from bench.vacuum import vacuum_analyse
 from common import db
@@ -20,6 +22,7 @@ from locks.housekeeping import run_housekeeping
 from locks.sql import lifecycle, locking
 from tests.factories import make_tokens
 from tests.helpers.plans import nodes
+from tokens.models import Token
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -314,6 +317,22 @@ def test_the_random_fetch_keeps_its_walk_from_a_random_point():
         and any(bound in node.get("Index Cond", "") for bound in ("(id >= ", "(id < "))
     ]
     assert len(walk) == 2 and "token_unspent_by_amount" not in walk, token_reads(plan)
+
+
+def test_a_cold_keys_random_fetch_walks_the_wallets_unspent_tokens_in_id_order_once():
+    # As in any wallet in use, its oldest tokens are spent: they are the front of its tokens
+    # in id order, where a cold fetch starts.
+    wallets_of_many_amounts()
+    oldest = Token.objects.order_by("id").values_list("id", flat=True)[:3000]
+    Token.objects.filter(id__in=list(oldest)).update(spent_by="tx-x", spent_at=timezone.now())
+    plan = generic_plan(locking.LOCK_STATEMENTS[locking.LockStatement("random", cold=True)])
+    # Its batch is the first read of the tokens: one walk of the wallet's unspent tokens in id
+    # order, not of all its tokens (token_by_wallet, through every spent one first), nor of
+    # the amount index (which would sort the wallet to find its first tokens by id).
+    assert token_reads(plan)[0][1] == "token_unspent_by_wallet", token_reads(plan)
+    bounds = [n for n in plan if re.search(r"\(id [<>]=? ", n.get("Index Cond", ""))]
+    assert not bounds, bounds  # no pivot to walk from, no wrap-around below it
+    assert not [n for n in plan if n["Node Type"] == "Sort" and "quantity" in n["Sort Key"][0]]
 
 
 @pytest.mark.parametrize("name", [name for name in ORDERED if name != "window"])

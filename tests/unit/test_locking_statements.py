@@ -22,10 +22,11 @@ def ctes(statement: str) -> list[str]:
 
 def test_every_choice_flag_and_mode_has_one_variant_and_no_more():
     names = [str(variant) for variant in locking.VARIANTS]
-    assert len(names) == len(set(names)) == len(locking.LOCK_STATEMENTS) == 28
-    # Three fetches (random, ascending, descending), each contested or not, and the given ids,
-    # each recording or not and metered or not.
-    assert len([v for v in locking.VARIANTS if v.fetch]) == 3 * 2 * 2 * 2
+    assert len(names) == len(set(names)) == len(locking.LOCK_STATEMENTS) == 32
+    # Three fetches (random, ascending, descending), each contested or not, a cold key's random
+    # fetch, and the given ids, each recording or not and metered or not.
+    assert len([v for v in locking.VARIANTS if v.fetch]) == (3 * 2 + 1) * 2 * 2
+    assert {(v.choice, v.contested) for v in locking.VARIANTS if v.cold} == {("random", False)}
 
 
 @pytest.mark.parametrize("variant", locking.VARIANTS, ids=str)
@@ -55,24 +56,31 @@ def test_what_a_variant_does_shows_in_its_text(variant):
     assert names[:2] == ["commit_mode", "fence"]
     assert ("asked" in names) == variant.metered
     assert ("gate" in names and "recorded" in names) == variant.record
-    assert ("pivot" in names) == (variant.choice == "random")
+    # A random fetch walks from a random pivot, but a cold key's, which reads from the front.
+    assert ("pivot" in names) == (variant.choice == "random" and not variant.cold)
     assert ("locks_take_tokens" in statement) == variant.contested
     # A contested take row-locks in the function; every other variant skips locked rows here.
     assert ("FOR UPDATE OF t SKIP LOCKED" in statement) == (not variant.contested)
-    # The commit mode and (recording) the strategy are parameters, as is a fetch's spare.
+    # The commit mode and (recording) the strategy are parameters, as is a fetch's spare, but
+    # for a cold fetch, which answers none.
     parameters = set(PARAMETER.findall(statement))
     assert "synchronous_commit" in parameters
     assert ("strategy" in parameters) == variant.record
-    assert ("spare" in parameters) == variant.fetch
+    assert ("spare" in parameters) == (variant.fetch and not variant.cold)
+    assert ("AS spare_ids" in statement) == variant.fetch
     # A contested fetch yields to the key's turn when asked to (sherdlock.turns).
     assert ("turn" in names and "yield_to_turn" in parameters) == variant.contested
 
 
-def test_unknown_choices_and_contested_try_locks_are_refused():
+def test_unknown_choices_contested_try_locks_and_cold_ordered_fetches_are_refused():
     with pytest.raises(ValueError, match="choice"):
         locking.LockStatement("largest")
     with pytest.raises(ValueError, match="fetch"):
         locking.LockStatement("given", contested=True)
+    with pytest.raises(ValueError, match="cold"):
+        locking.LockStatement("random", cold=True, contested=True)
+    with pytest.raises(ValueError, match="cold"):
+        locking.LockStatement("ascending", cold=True)
 
 
 def test_the_fragments_are_whole_statements_parts_not_cut_from_each_other():
@@ -80,6 +88,7 @@ def test_the_fragments_are_whole_statements_parts_not_cut_from_each_other():
     fragments = [
         batches.GIVEN,
         batches.RANDOM_BATCH,
+        batches.FRONT_BATCH,
         *batches.ORDERED_BATCH.values(),
         batches.RANDOM_REACH,
         batches.ORDERED_REACH,
