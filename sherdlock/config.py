@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 # commits or releases within a few refetches (each waits up to REFETCH_DELAY); more would only
 # make a wallet whose funds stay held answer later.
 MAX_RETRIES = 5
-# Rows per fetch of a wallet this replica selected from lately: the rows not needed wait in the
-# cache for the next selections, saving queries; many more go stale before they are used.
+# Rows per fetch of a wallet this replica selects from often (sherdlock.demand): the rows not
+# needed wait in the cache for the next selections, saving queries; many more go stale before
+# they are used.
 FETCH_LIMIT = 64
-# Rows per fetch of a wallet this replica has not selected from lately: its leftovers would most
-# likely expire unused, so the fetch reads little more than one selection needs, and keeps none.
+# Rows per fetch of any other wallet: its leftovers would most likely expire unused, so the fetch
+# reads little more than one selection needs, and keeps none.
 COLD_FETCH_LIMIT = 16
 # A contested wallet's fetch queues nothing of what it reads (sherdlock.cache), so it reads the
 # tokens its need takes at the wallet's mean token (as its latest random batch held them), this
@@ -107,13 +108,14 @@ class SelectorConfig:
         since the previous fetch) before the round gives up with FundsLocked. Fetches that
         lock something reset the count, so large selections spanning many fetches are not
         cut short. Higher values wait longer for a competitor to finish or release.
-    fetch_limit: rows read per fetch for a wallet/currency this replica selected from within
-        the last `cache_ttl`. Rows not needed are cached for later selections on this replica,
-        saving queries; too many make cached lists go stale (more conflicts) and make each
-        fetch heavier.
-    cold_fetch_limit: rows read per fetch for a wallet/currency this replica has not
-        selected from recently. Its leftovers would most likely expire unused, so the fetch
-        reads little more than a selection needs and none are cached.
+    fetch_limit: rows read per fetch for a wallet/currency this replica selects from at a pace
+        its queue serves (warm: its latest selection less than `cache_ttl` * cold_fetch_limit
+        / fetch_limit ago, see sherdlock.demand). Rows not needed are cached for later
+        selections on this replica, saving queries; too many make cached lists go stale (more
+        conflicts) and make each fetch heavier.
+    cold_fetch_limit: rows read per fetch for any other wallet/currency. Its leftovers would
+        most likely expire unused, so the fetch reads little more than a selection needs and
+        none are cached.
     calm_fetch_limit: rows read per fetch for a warm wallet/currency whose queued tokens
         this replica has locked many times in a row without a refusal (``TokenCache.calm``):
         no other replica is taking its tokens, so a longer queue does not go stale and saves

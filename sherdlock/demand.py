@@ -15,8 +15,12 @@ from .types import WalletKey
 class Demand:
     """Per wallet/currency: when this replica last selected from it, and its tokens' size.
 
-    A key selected from again within the cache ttl is in demand here (warm), worth a full batch
-    and a queue of what it leaves; one not selected from lately is cold. What its latest random
+    A key selected from at a pace that its queue would serve (warm) is worth a full batch and a
+    queue of what it leaves; any other is cold. A warm batch reads fetch_limit / cold_fetch_limit
+    times the rows of a cold one, and its queue lives a cache ttl: at the key's latest pace (the
+    time since its previous selection) that queue serves ttl / gap selections, and the batch
+    pays for its rows only if that is at least as many times. So a key is warm when its gap is
+    under ttl * cold_fetch_limit / fetch_limit. What its latest random
     batch held per token sizes a contested key's fetches. Both are kept for the latest
     `cache_max_wallets` keys; thread-safe.
     """
@@ -53,8 +57,9 @@ class Demand:
         them (BATCH_MARGIN), between the cold and the warm limit.
         """
         config, last = self._config, self.selected(key)
-        if last is None or self._clock() - last >= self._ttl:
-            return min(config.cold_fetch_limit, config.fetch_limit), False
+        cold = min(config.cold_fetch_limit, config.fetch_limit)
+        if last is None or (self._clock() - last) * config.fetch_limit >= self._ttl * cold:
+            return cold, False
         per_token = self._per_token.get(key) if need else None
         if per_token:
             wanted = math.ceil(BATCH_MARGIN * need / per_token)

@@ -17,13 +17,28 @@ def demand(clock) -> Demand:
     return Demand(CONFIG, 1.0, clock)
 
 
-def test_a_key_is_warm_while_this_replica_selected_from_it_within_the_ttl(demand, clock):
+def test_a_key_is_warm_while_selected_from_at_a_pace_its_queue_would_serve(demand, clock):
+    # A warm batch reads 64 / 16 = 4 times a cold one's rows; its queue lives the ttl (1 s):
+    # it pays only if the key's pace gives the queue 4 selections in that time, a gap under
+    # 0.25 s since the previous one.
     cache = TokenCache(1.0, clock=clock)
     assert demand.fetch_limit(KEY, cache) == (16, False)  # never selected from: cold
-    clock.advance(0.5)
+    clock.advance(0.2)
+    assert demand.fetch_limit(KEY, cache) == (64, True)
+    clock.advance(0.25)  # a slower pace: the queue would serve fewer than 4 in its life
+    assert demand.fetch_limit(KEY, cache) == (16, False)
+    clock.advance(0.01)
     assert demand.fetch_limit(KEY, cache) == (64, True)
     clock.advance(1.5)
     assert demand.fetch_limit(KEY, cache) == (16, False)
+
+
+def test_a_key_is_warm_within_the_ttl_when_a_warm_batch_is_no_larger_than_a_cold_one(clock):
+    same = Demand(SelectorConfig(fetch_limit=16, cold_fetch_limit=16), 1.0, clock)
+    cache = TokenCache(1.0, clock=clock)
+    assert same.fetch_limit(KEY, cache) == (16, False)
+    clock.advance(0.9)
+    assert same.fetch_limit(KEY, cache) == (16, True)
 
 
 @pytest.mark.parametrize(

@@ -24,21 +24,22 @@ class LimitSpy(SpyStore):
 def test_a_wallet_selected_from_its_queue_stays_warm(store, clock, sleeper, key):
     issue(store, key, [1] * 40)
     spy = LimitSpy(store)
-    # A cold fetch reads the one token needed, so that it leaves nothing to queue.
-    selector = make_selector(spy, clock, sleeper, fetch_limit=8, cold_fetch_limit=1, cache_ttl=1.0)
+    # A cold fetch reads the one token needed, so that it leaves nothing to queue. A warm one
+    # reads twice as many, worth it at a pace of two selections a ttl: a gap under 0.5 s.
+    selector = make_selector(spy, clock, sleeper, fetch_limit=2, cold_fetch_limit=1, cache_ttl=1.0)
 
     selector.select("tx-1", key.wallet, key.currency, 1)  # cold: a short fetch, no spare asked
-    clock.advance(0.5)
+    clock.advance(0.4)
     selector.select("tx-2", key.wallet, key.currency, 1)  # warm: a full batch, the rest queued
-    assert (spy.limits, spy.spare) == ([1, 8], [False, True])
-    clock.advance(0.7)
+    assert (spy.limits, spy.spare) == ([1, 2], [False, True])
+    clock.advance(0.4)
     selector.select("tx-3", key.wallet, key.currency, 1)  # from the queue: no fetch
     assert len(spy.limits) == 2 and len(spy.submitted) == 1
-    # The queue has expired (filled 1.2 s ago), the latest fetch is as old, but the wallet was
-    # selected from 0.5 s ago: still in demand here, so the fetch is a warm one.
-    clock.advance(0.5)
+    # The latest fetch is 0.8 s old, too long ago for a warm pace, but the wallet was selected
+    # from (its queue) 0.4 s ago: still in demand here, so the fetch is a warm one.
+    clock.advance(0.4)
     selector.select("tx-4", key.wallet, key.currency, 1)
-    assert (spy.limits[-1], spy.spare[-1]) == (8, True)
+    assert (spy.limits[-1], spy.spare[-1]) == (2, True)
     # Quiet for longer than the ttl: cold again.
     clock.advance(1.5)
     selector.select("tx-5", key.wallet, key.currency, 1)
