@@ -20,9 +20,9 @@ class Demand:
     times the rows of a cold one, and its queue lives a cache ttl: at the key's latest pace (the
     time since its previous selection) that queue serves ttl / gap selections, and the batch
     pays for its rows only if that is at least as many times. So a key is warm when its gap is
-    under ttl * cold_fetch_limit / fetch_limit. What its latest random
-    batch held per token sizes a contested key's fetches. Both are kept for the latest
-    `cache_max_wallets` keys; thread-safe.
+    under ttl * cold_fetch_limit / fetch_limit. What its latest random batch held per token
+    sizes a contested key's fetches. Both are kept for the latest `cache_max_wallets` keys;
+    thread-safe.
     """
 
     def __init__(self, config: SelectorConfig, ttl: float, clock: Clock) -> None:
