@@ -14,7 +14,7 @@ import shutil
 import sys
 import time
 
-from bench import books, cpu, database, reference_rounds, strategies
+from bench import asleep, books, cpu, database, reference_rounds, strategies
 from bench.options import parse_args
 from bench.quiet_spell import quiet_spell
 from bench.workloads import Workload, hot_tokens, hot_wallet, spread
@@ -118,13 +118,15 @@ class Harness:
         # Replica i draws the same requests whatever the strategy: same data, same demand.
         tasks = [Task(strategy, lite, i, self.args.seed * 1000 + i, tag) for i in range(replicas)]
         pool = pool or self.pool(strategy)
-        windows = []
+        windows, samplers = [], []
 
         def started(start_at: float, end_at: float) -> None:
+            load = [process.pid for process in pool.processes[:replicas]]
             if cpu.available():
-                load = [process.pid for process in pool.processes[:replicas]]
                 groups = {"replicas": lambda: load, **cpu.server_groups()}
                 windows.append(cpu.Window(groups, start_at, end_at))
+            if asleep.available():
+                samplers.append(asleep.Sampler(load, start_at, end_at))
             if on_start is not None:
                 on_start(start_at, end_at)
 
@@ -142,6 +144,7 @@ class Harness:
         point["leaked_locks"] = books.leaked_locks(reference=reference)
         point["supply_conserved"] = books.unspent_by_wallet(reference=reference) == supply
         point["cpu_ms_per_selection"] = windows[0].result(point["selections"]) if windows else {}
+        point["replicas_asleep"] = samplers[0].share() if samplers else None
         return point
 
     def _floor(self, workload: Workload, replicas: int, duration: float) -> dict:
@@ -207,7 +210,7 @@ def run_points(
             f"[{done}/{total}] {point['workload']:<10} R={point['replicas']:<3} "
             f"{name:<21} {point['selections_per_s'] or 0:>8.1f} sel/s  "
             f"p50 {latency['p50'] or 0:6.1f} ms  p99 {latency['p99'] or 0:7.1f} ms  "
-            f"cpu ms/sel: {used}  {_faults(point)}"
+            f"cpu ms/sel: {used}{_asleep(point)}  {_faults(point)}"
         )
         return point
 
@@ -224,6 +227,12 @@ def run_points(
                     point = harness.measure(workload, strategy, replicas, supply)
                     rounds.append(measured({**point, reference_rounds.ROUND: number}))
     return points, rounds
+
+
+def _asleep(point: dict) -> str:
+    """Return "  asleep N%" when the replicas slept 1 % of the point or more (bench.asleep)."""
+    share = point.get("replicas_asleep")
+    return f"  asleep {share:.0%}" if share is not None and share >= 0.01 else ""
 
 
 def _faults(point: dict) -> str:

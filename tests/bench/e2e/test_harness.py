@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from bench import database, strategies
+from bench import asleep, database, strategies
 from bench.strategies import BASELINES, HTTP, LISTENER, OURS, REFERENCE
 from bench.verify import overlapping_holds, spent_twice
 from bench.worker import Record
@@ -141,6 +141,10 @@ def test_every_strategy_ran_on_every_workload_without_a_double_spend(run):
             continue  # pgbench spends nothing and stops mid-cycle: no books to audit
         assert_sound(point, f"{workload} {strategy}")
         assert point["lock_attempts"] >= point["locked_tokens"] > 0, (workload, strategy)
+        # How much of the point the replicas slept (bench.asleep), wherever the host tells.
+        share = point["replicas_asleep"]
+        assert (share is not None) == asleep.available(), (workload, strategy)
+        assert share is None or 0 <= share <= 1, (workload, strategy)
     # One later round of ours and the reference per workload, audited like every point.
     later = {(p["workload"], p["strategy"], p["round"]): p for p in report["reference_rounds"]}
     assert set(later) == {(w, s, 1) for w in WORKLOADS for s in (OURS, REFERENCE)}
