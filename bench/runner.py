@@ -119,13 +119,14 @@ class Harness:
         tasks = [Task(strategy, lite, i, self.args.seed * 1000 + i, tag) for i in range(replicas)]
         pool = pool or self.pool(strategy)
         windows, samplers = [], []
+        sampling = asleep.available()  # asked now: the first answer starts a process
 
         def started(start_at: float, end_at: float) -> None:
             load = [process.pid for process in pool.processes[:replicas]]
             if cpu.available():
                 groups = {"replicas": lambda: load, **cpu.server_groups()}
                 windows.append(cpu.Window(groups, start_at, end_at))
-            if asleep.available():
+            if sampling:
                 samplers.append(asleep.Sampler(load, start_at, end_at))
             if on_start is not None:
                 on_start(start_at, end_at)
