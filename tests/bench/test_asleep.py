@@ -14,16 +14,18 @@ pytestmark = pytest.mark.skipif(
     not asleep.available(), reason="this host does not name processes' wait channels"
 )
 
-# What each process does for as long as it lives: sleeps in short naps as a backing-off
-# replica does, computes, waits for data on its standard input as a replica waits for the
-# server, or alternates naps and computing.
+# What each process does for as long as it lives: sleeps in naps as a backing-off replica
+# does, computes, waits for data on its standard input as a replica waits for the server, or
+# alternates naps and computing. Naps are long and the computing is timed by the clock, not by
+# CPU time, so that the shares hold on a busy host, where a process that wakes may wait for a
+# core and one that computes may be preempted (neither is asleep).
 PROGRAMS = {
-    "naps": "import time\nwhile True:\n    time.sleep(0.01)",
+    "naps": "import time\nwhile True:\n    time.sleep(0.05)",
     "computes": "while True:\n    pass",
     "waits": "import sys\nsys.stdin.read()",
     "both": (
         "import time\nwhile True:\n    time.sleep(0.05)\n"
-        "    end = time.process_time() + 0.05\n    while time.process_time() < end:\n"
+        "    end = time.monotonic() + 0.05\n    while time.monotonic() < end:\n"
         "        pass"
     ),
 }
