@@ -225,24 +225,37 @@ def assert_forgotten_grants_held_alone(
 ) -> None:
     """A grant the database forgot was lost by an immediate restart, and while its client was
     told it held the tokens (from the answer to the restart, at most a lease) no one else
-    held any of them: not a selection the database kept, nor another forgotten grant."""
+    held any of them: not a selection the database kept, nor another forgotten grant.
+
+    A kept selection holds its tokens until its client lets them go: its spend or release, or
+    the end of its lease. A release commits asynchronously like a grant, so the restart may
+    forget it too, and the row then reads locked until its lease ends; the tokens were free
+    from the moment its client asked for the release, which it was told was done."""
     granted = {
         r["tx_id"]: r
         for r in records
         if r["path"] == "/api/v1/selections/" and r["status"] in (200, 201)
     }
+    released: dict[str, float] = {}
+    for r in records:
+        parts = r["path"].strip("/").split("/")
+        if parts[3:] and parts[-1] == "release" and r["status"] == 200:
+            released[parts[3]] = min(released.get(parts[3], r["wall_start"]), r["wall_start"])
     identity = {
         token_id: (tx_id, index)
         for token_id, tx_id, index in db.query('SELECT id, tx_id, "index" FROM tokens_token')
     }
     holds = defaultdict(list)  # token (tx_id, index) -> [(start, end, holder)], wall seconds
-    for tx_id, status, token_ids, created, expires, spent, released in db.query(
+    for tx_id, status, token_ids, created, expires, spent, released_at in db.query(
         "SELECT tx_id, status, token_ids, created_at, expires_at, spent_at, released_at "
         "FROM locks_selection"
     ):
-        end = {"spent": spent, "released": min(released or expires, expires)}.get(status, expires)
+        end = {"spent": spent, "released": min(released_at or expires, expires)}.get(
+            status, expires
+        )
+        let_go = min(end.timestamp(), released.get(tx_id, float("inf")))
         for token_id in token_ids:
-            holds[identity[token_id]].append((created.timestamp(), end.timestamp(), tx_id))
+            holds[identity[token_id]].append((created.timestamp(), let_go, tx_id))
     # An immediate restart forgets what it had not yet written: a grant answered before it
     # answered again (while it went down, perhaps after it began).
     immediate = [(answered, wall) for mode, _, answered, wall in restarts if mode == "immediate"]
