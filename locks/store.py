@@ -253,12 +253,13 @@ class PostgresTokenStore:
         meter = throttling.pending()
         if meter is not None:
             params.update(meter.params())
-        # A random fetch for a key the caller keeps no queue of, and does not see contested, is
-        # a cold key's (batches.FRONT_BATCH).
-        cold = fetch and claim.order == ORDER_RANDOM and not contested and not claim.spare
+        # A random fetch of a contested key, or of one the caller keeps no queue of (a cold
+        # one), reads from the wallet's front (batches.FRONT_BATCH); a cold one answers no
+        # spare rows.
+        front = fetch and claim.order == ORDER_RANDOM and (contested or not claim.spare)
         variant = locking.LockStatement(
             choice=claim.order if fetch else "given",
-            cold=cold,
+            front=front,
             contested=contested,
             record=claim.record,
             metered=meter is not None,

@@ -68,8 +68,10 @@ class Claim:
     # Whether the caller keeps the rows a fetch reads but does not lock (FetchResult.spare):
     # a replica keeps no queue of a contested key (sherdlock.cache), nor of one it does not
     # select from often (a cold one, sherdlock.demand), so a store may leave them out of its
-    # answer. A cold key's fetch (spare false, not contested) need not spread its read over
-    # the wallet either: replicas that keep meeting on a key see it warm or contested.
+    # answer. Nor need such a fetch spread its read over the wallet: a cold key is not one
+    # replicas keep meeting on, and a contested key's fetch takes each token as of the moment
+    # it locks it, passing over those others take first. Only replicas that queue what they
+    # read need to read different parts of the wallet.
     spare: bool = True
     # A newcomer to a contested key (sherdlock.turns): a fetch locks nothing while another
     # selection holds or asks for the key's turn, and says so (FetchResult.turn_taken).

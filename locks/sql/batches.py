@@ -3,11 +3,11 @@
 A locking statement (``locks.sql.locking``) tries the tokens of one of these choices:
 
 - ``GIVEN``: the ids the caller names (the try-lock of cached candidates);
-- a fetch: a batch of the wallet's free tokens (``RANDOM_BATCH`` from a random pivot,
-  ``FRONT_BATCH`` from the wallet's first free token for a cold key, or ``ORDERED_BATCH`` in
-  quantity order), what the batch covers (``REACH``), then the tokens to lock: a random prefix
-  of the batch that covers the need (``PREFIX``), or on a contested wallet a covering run taken
-  as of the moment of each lock (``TAKEN_AS_OF_NOW``).
+- a fetch: a batch of the wallet's free tokens (``RANDOM_BATCH`` from a random pivot for a warm
+  key, ``FRONT_BATCH`` from the wallet's first free token for a cold or a contested key, or
+  ``ORDERED_BATCH`` in quantity order), what the batch covers (``REACH``), then the tokens to
+  lock: a random prefix of the batch that covers the need (``PREFIX``), or on a contested wallet
+  a covering run taken as of the moment of each lock (``TAKEN_AS_OF_NOW``).
 
 Each fragment is a run of CTEs ending in a comma; ``{gated}`` is where the statement adds the
 conditions that let it lock anything at all (an unused tx id, an admitted rate limit). The
@@ -60,7 +60,9 @@ chosen AS (
 # be inserted is row-locked, so a fetch writes no more tuples than it locks). A random pivot in
 # the wallet's id range, then a walk of token_unspent_by_wallet from there (and a wrap-around
 # walk below it, evaluated only if the first did not fill the batch), gives every replica a
-# different starting point without sorting the whole wallet; the batch is then shuffled.
+# different starting point without sorting the whole wallet; the batch is then shuffled. This is
+# a warm key's batch: the replica queues what it does not lock, and replicas that queued the
+# same tokens would keep refusing each other's try-locks.
 RANDOM_BATCH = """
 pivot AS MATERIALIZED (
     SELECT lo + floor(random() * (hi - lo + 1))::bigint AS p
@@ -85,13 +87,17 @@ candidates AS MATERIALIZED (
           LIMIT %(limit)s::int) batch
 ),""".format(**FILL)
 
-# The batch of a cold key's random fetch (sherdlock.types.Claim.spare false, not contested): the
-# wallet's first free tokens in id order, shuffled. The replica keeps none of the batch, and the
-# wallet is not one its selections keep colliding on, so walking from a random pivot would buy
-# nothing: a wallet that replicas select from again and again is warm in them, or contested,
-# and those fetches walk from a pivot. A cold fetch that does collide makes the key contested
-# like any other. One index walk, without the pivot's reads of the wallet's id range or a
-# wrap-around walk.
+# The batch of a cold key's random fetch (its caller keeps none of it: sherdlock.types.Claim.spare
+# false), and of a contested key's. The wallet's first free tokens in id order, shuffled: one
+# index walk, without the pivot's reads of the wallet's id range or a wrap-around walk.
+# - A cold key is not one the replica's selections keep colliding on, so walking from a pivot
+#   would buy nothing; a cold fetch that does collide makes the key contested like any other.
+# - A contested key's fetch takes tokens as of the moment it locks each (TAKEN_AS_OF_NOW), in
+#   the batch's shuffled order, and passes over those other selections take meanwhile, so
+#   replicas that read the same front lose nothing to each other. Reading the front keeps them
+#   off the rest of the wallet, where the replicas that do keep a queue of it (it is warm, not
+#   contested, in them) find their queued tokens still free: their cheap try-locks are refused
+#   less, and the key is contested less often.
 FRONT_BATCH = """
 candidates AS MATERIALIZED (
     SELECT id, quantity, random() AS rnd

@@ -178,7 +178,7 @@ SELECT (SELECT value FROM fence) AS fence,
        g.ids AS granted_ids, g.quantities AS granted_quantities, g.expires_at"""
 # What a fetch adds: what it tried, what its batch says of the wallet (short batch, exhausted,
 # free, its rows and their total), the shortfall's unspent total, then its spare rows (none
-# for a cold fetch, whose caller keeps none).
+# for a cold key's fetch, whose caller keeps none).
 # The unspent total a shortfall reports, as SUPPLY reads it: [sum, count] of the wallet's largest
 # MAX_EXAMINED + 1 unspent tokens (a count past MAX_EXAMINED: Supply.complete is false), read
 # only when the free tokens are short (a CASE evaluates its subqueries lazily).
@@ -219,10 +219,10 @@ RECORDED_RESULT = """,
                  WHERE id = ANY(%(held_ids)s::bigint[]) AND wallet = %(wallet)s::text) x)
        END AS tokens""".format(open=OPEN)
 # What the row is read from: what was granted, in one pass, and for a fetch its `reach`, what it
-# tried (`k`, counted once) and, but for a cold fetch, the rows of its batch it neither tried nor
-# passed over, when its caller keeps them (%(spare)s: a replica keeps no queue of a contested
-# wallet, sherdlock.types.Claim.spare). What it tried is the front of its batch in the order it
-# went through it, so the spare is the rest of the batch in that order.
+# tried (`k`, counted once) and, but for a cold key's fetch, the rows of its batch it neither
+# tried nor passed over, when its caller keeps them (%(spare)s, sherdlock.types.Claim.spare).
+# What it tried is the front of its batch in the order it went through it, so the spare is the
+# rest of the batch in that order.
 FROM_GRANTED = """
 FROM (SELECT array_agg(id ORDER BY id) AS ids, array_agg(quantity ORDER BY id) AS quantities,
              min(expires_at) AS expires_at
@@ -254,8 +254,9 @@ class LockStatement:
     """Which locking statement: the tokens it tries, how it takes them, what else it does."""
 
     choice: str  # given (try-lock of named ids), or a fetch: random, ascending, descending
-    # random fetch of a cold key: from the wallet's first free token, answering no spare rows
-    cold: bool = False
+    # random fetch of a cold or a contested key: from the wallet's first free token (a cold
+    # key's answers no spare rows, its caller keeps none)
+    front: bool = False
     contested: bool = False  # fetch: take tokens as of now, a covering run at a time
     record: bool = False  # gate on the tx id and write the selection row when complete
     metered: bool = False  # take the request's rate-limit units, lock nothing if refused
@@ -265,15 +266,22 @@ class LockStatement:
             raise ValueError(f"unknown choice {self.choice!r}")
         if self.contested and not self.fetch:
             raise ValueError("only a fetch takes tokens as of now")
-        if self.cold and (self.choice != "random" or self.contested):
-            raise ValueError("only a random fetch that is not contested reads as a cold one")
+        if self.front and self.choice != "random":
+            raise ValueError("only a random fetch reads from the wallet's front")
+        if self.contested and self.choice == "random" and not self.front:
+            raise ValueError("a contested random fetch reads from the wallet's front")
 
     @property
     def fetch(self) -> bool:
         return self.choice != "given"
 
+    @property
+    def spare(self) -> bool:
+        """Whether it answers the rest of its batch when asked: every fetch but a cold key's."""
+        return self.fetch and not (self.front and not self.contested)
+
     def __str__(self) -> str:
-        flags = ("cold", "contested", "record", "metered")
+        flags = ("front", "contested", "record", "metered")
         return "-".join([self.choice, *(flag for flag in flags if getattr(self, flag))])
 
     def fragments(self) -> list[str]:
@@ -288,7 +296,7 @@ class LockStatement:
         if self.choice == "given":
             ctes += [batches.GIVEN.format(gated=gated)]
         elif self.choice == "random":
-            batch = batches.FRONT_BATCH if self.cold else batches.RANDOM_BATCH
+            batch = batches.FRONT_BATCH if self.front else batches.RANDOM_BATCH
             ctes += [batch, batches.RANDOM_REACH]
         else:
             ctes += [batches.ORDERED_BATCH[self.choice], batches.ORDERED_REACH]
@@ -303,10 +311,10 @@ class LockStatement:
         """Return the statement's result row and what it is read from."""
         columns, source = RESULT, FROM_GRANTED
         if self.fetch:
-            columns += FETCHED + (NO_SPARE if self.cold else SPARE)
+            columns += FETCHED + (SPARE if self.spare else NO_SPARE)
             columns += TURN_TAKEN if self.contested else TURN_NOT_ASKED
             source += FROM_FETCH.format(tried=TRIED_AS_OF_NOW if self.contested else TRIED)
-            source += "" if self.cold else FROM_SPARE
+            source += FROM_SPARE if self.spare else ""
         columns += RECORDED_RESULT if self.record else NOT_RECORDED
         columns += RESULT_METERED if self.metered else ""
         return columns + source
@@ -316,18 +324,19 @@ class LockStatement:
         return "WITH" + "".join(self.fragments()).rstrip(",") + "\n" + self.result()
 
 
-# Each choice's kinds of statement, (cold, contested): a try-lock is neither; a random fetch is
-# a warm key's, a cold key's or a contested key's; a fetch in quantity order is plain or contested.
+# Each choice's kinds of statement, (front, contested): a try-lock is neither; a random fetch is
+# a warm key's (from a pivot), a cold key's or a contested key's (both from the front); a fetch
+# in quantity order is plain or contested.
 KINDS = {
     "given": ((False, False),),
-    "random": ((False, False), (True, False), (False, True)),
+    "random": ((False, False), (True, False), (True, True)),
     "ascending": ((False, False), (False, True)),
     "descending": ((False, False), (False, True)),
 }
 VARIANTS = tuple(
-    LockStatement(choice, cold, contested, record, metered)
+    LockStatement(choice, front, contested, record, metered)
     for choice in CHOICES
-    for cold, contested in KINDS[choice]
+    for front, contested in KINDS[choice]
     for record in (False, True)
     for metered in (False, True)
 )

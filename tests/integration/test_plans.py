@@ -319,13 +319,15 @@ def test_the_random_fetch_keeps_its_walk_from_a_random_point():
     assert len(walk) == 2 and "token_unspent_by_amount" not in walk, token_reads(plan)
 
 
-def test_a_cold_keys_random_fetch_walks_the_wallets_unspent_tokens_in_id_order_once():
+@pytest.mark.parametrize("contested", [False, True], ids=["cold", "contested"])
+def test_a_random_fetch_from_the_front_walks_the_wallets_unspent_tokens_in_id_order_once(contested):
     # As in any wallet in use, its oldest tokens are spent: they are the front of its tokens
-    # in id order, where a cold fetch starts.
+    # in id order, where a cold or a contested key's fetch starts.
     wallets_of_many_amounts()
     oldest = Token.objects.order_by("id").values_list("id", flat=True)[:3000]
     Token.objects.filter(id__in=list(oldest)).update(spent_by="tx-x", spent_at=timezone.now())
-    plan = generic_plan(locking.LOCK_STATEMENTS[locking.LockStatement("random", cold=True)])
+    variant = locking.LockStatement("random", front=True, contested=contested)
+    plan = generic_plan(locking.LOCK_STATEMENTS[variant])
     # Its batch is the first read of the tokens: one walk of the wallet's unspent tokens in id
     # order, not of all its tokens (token_by_wallet, through every spent one first), nor of
     # the amount index (which would sort the wallet to find its first tokens by id).
@@ -357,7 +359,8 @@ def test_a_contested_fetch_reads_only_the_tokens_it_took(order):
     # function: planned for those, the read of what it took was a hash join over every unspent
     # token of the wallet.
     make_tokens(1000, wallet="alice", quantity=1)
-    plan = generic_plan(locking.LOCK_STATEMENTS[locking.LockStatement(order, contested=True)])
+    variant = locking.LockStatement(order, front=order == "random", contested=True)
+    plan = generic_plan(locking.LOCK_STATEMENTS[variant])
     wanted = next(n for n in plan if n.get("Subplan Name") == "CTE wanted")
     assert token_reads(list(nodes(wanted))) == [("Index Scan", "tokens_token_pkey")]
 

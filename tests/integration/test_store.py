@@ -68,26 +68,32 @@ class TestStatements:
         )
         assert short.granted == [] and short.shortfall is not None and short.spare == []
 
-    def test_a_cold_fetch_tries_the_wallets_first_free_tokens_and_a_warm_one_walks_further(
+    def test_cold_and_contested_fetches_try_the_wallets_first_free_tokens_a_warm_one_walks_on(
         self, store
     ):
-        # A cold key's fetch (no queue kept, not contested) reads its batch from the wallet's
-        # first free token; a warm one's walk starts at a random point of the wallet.
+        # A cold key's fetch (no queue kept, not contested) and a contested key's read their
+        # batch from the wallet's first free token; a warm one's walk starts at a random point
+        # of the wallet. Only the warm one's caller asks for the rest of its batch.
         tokens = make_tokens(40, quantity=1)
         make_lock(tokens[0], "other")
         Token.objects.filter(pk=tokens[1].pk).update(spent_by="tx-x", spent_at=timezone.now())
         front = {t.pk for t in tokens[2:10]}
-        taken: dict[bool, set[int]] = {False: set(), True: set()}
+        kinds = {
+            "cold": {"spare": False},
+            "warm": {"spare": True},
+            "contested": {"spare": False, "contested": True},
+        }
+        taken: dict[str, set[int]] = {kind: set() for kind in kinds}
         for n in range(20):
-            for warm in (False, True):
-                tx_id = f"tx-{n}-{warm}"
-                result = store.fetch_and_lock(Claim(tx_id, KEY, 1, spare=warm), 8)
+            for kind, terms in kinds.items():
+                tx_id = f"tx-{n}-{kind}"
+                result = store.fetch_and_lock(Claim(tx_id, KEY, 1, **terms), 8)
                 assert len(result.granted) == 1 and result.batch_rows == 8
-                assert (result.spare != []) == warm
-                taken[warm].add(result.granted[0].token_id)
+                assert (result.spare != []) == (kind == "warm")
+                taken[kind].add(result.granted[0].token_id)
                 store.unlock(tx_id, result.fence, None, KEY.wallet)
-        assert taken[False] <= front
-        assert taken[True] - front, "a warm fetch never went past the wallet's first free tokens"
+        assert taken["cold"] <= front and taken["contested"] <= front
+        assert taken["warm"] - front, "a warm fetch never went past the wallet's first free tokens"
 
     def test_a_contested_fetch_takes_no_token_held_spent_or_short(self, store):
         tokens = make_tokens(4, quantity=5)

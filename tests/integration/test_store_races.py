@@ -31,11 +31,13 @@ def _connect(url: str) -> psycopg.Connection:
 
 
 FETCH = locking.LOCK_STATEMENTS[locking.LockStatement("random")]
-FRESH_FETCH = locking.LOCK_STATEMENTS[locking.LockStatement("random", contested=True)]
+FRESH_FETCH = locking.LOCK_STATEMENTS[locking.LockStatement("random", front=True, contested=True)]
 TRY_LOCK = locking.LOCK_STATEMENTS[locking.LockStatement("given")]
 
-# A stand-in for random() that waits at a gate: FETCH_AND_LOCK calls random() for its pivot
-# while executing, i.e. after the statement's snapshot is taken and before the candidate scan.
+# A stand-in for random() that waits at a gate: a fetch calls random() while executing, i.e.
+# after the statement's snapshot is taken: FETCH for its pivot, before the candidate scan;
+# FRESH_FETCH, which reads from the wallet's front, to shuffle its batch, once the scan has
+# read the first candidate (and judged it free in that snapshot) and before the others.
 GATE_SQL = """
 CREATE OR REPLACE FUNCTION public.random() RETURNS double precision
 LANGUAGE plpgsql VOLATILE AS $$

@@ -24,9 +24,11 @@ def test_every_choice_flag_and_mode_has_one_variant_and_no_more():
     names = [str(variant) for variant in locking.VARIANTS]
     assert len(names) == len(set(names)) == len(locking.LOCK_STATEMENTS) == 32
     # Three fetches (random, ascending, descending), each contested or not, a cold key's random
-    # fetch, and the given ids, each recording or not and metered or not.
+    # fetch, and the given ids, each recording or not and metered or not. The random fetches of
+    # a cold and of a contested key read from the wallet's front; a warm key's from a pivot.
     assert len([v for v in locking.VARIANTS if v.fetch]) == (3 * 2 + 1) * 2 * 2
-    assert {(v.choice, v.contested) for v in locking.VARIANTS if v.cold} == {("random", False)}
+    front = {(v.choice, v.contested) for v in locking.VARIANTS if v.front}
+    assert front == {("random", False), ("random", True)}
 
 
 @pytest.mark.parametrize("variant", locking.VARIANTS, ids=str)
@@ -56,31 +58,34 @@ def test_what_a_variant_does_shows_in_its_text(variant):
     assert names[:2] == ["commit_mode", "fence"]
     assert ("asked" in names) == variant.metered
     assert ("gate" in names and "recorded" in names) == variant.record
-    # A random fetch walks from a random pivot, but a cold key's, which reads from the front.
-    assert ("pivot" in names) == (variant.choice == "random" and not variant.cold)
+    # A warm key's random fetch walks from a random pivot; a cold or a contested key's reads
+    # from the wallet's front.
+    assert ("pivot" in names) == (variant.choice == "random" and not variant.front)
     assert ("locks_take_tokens" in statement) == variant.contested
     # A contested take row-locks in the function; every other variant skips locked rows here.
     assert ("FOR UPDATE OF t SKIP LOCKED" in statement) == (not variant.contested)
     # The commit mode and (recording) the strategy are parameters, as is a fetch's spare, but
-    # for a cold fetch, which answers none.
+    # for a cold key's, which answers none.
     parameters = set(PARAMETER.findall(statement))
     assert "synchronous_commit" in parameters
     assert ("strategy" in parameters) == variant.record
-    assert ("spare" in parameters) == (variant.fetch and not variant.cold)
+    assert variant.spare == (variant.fetch and not (variant.front and not variant.contested))
+    assert ("spare" in parameters) == variant.spare
     assert ("AS spare_ids" in statement) == variant.fetch
     # A contested fetch yields to the key's turn when asked to (sherdlock.turns).
     assert ("turn" in names and "yield_to_turn" in parameters) == variant.contested
 
 
-def test_unknown_choices_contested_try_locks_and_cold_ordered_fetches_are_refused():
+def test_unknown_choices_contested_try_locks_and_ordered_fetches_from_the_front_are_refused():
     with pytest.raises(ValueError, match="choice"):
         locking.LockStatement("largest")
     with pytest.raises(ValueError, match="fetch"):
         locking.LockStatement("given", contested=True)
-    with pytest.raises(ValueError, match="cold"):
-        locking.LockStatement("random", cold=True, contested=True)
-    with pytest.raises(ValueError, match="cold"):
-        locking.LockStatement("ascending", cold=True)
+    with pytest.raises(ValueError, match="front"):
+        locking.LockStatement("ascending", front=True)
+    # A contested random fetch passes over what others take: it has no use for a pivot.
+    with pytest.raises(ValueError, match="front"):
+        locking.LockStatement("random", contested=True)
 
 
 def test_the_fragments_are_whole_statements_parts_not_cut_from_each_other():
