@@ -6,8 +6,8 @@ selection cycles through the service layer in this process, one replica: take a 
 rate limits of a key and of a random wallet (as the REST path does), select a few units of that
 wallet, then spend half of the selections into payment and change and release the other half,
 extending every tenth first; every tenth selection is made on a wallet marked contested (its
-fetch takes tokens as of now, a run at a time). Housekeeping runs once at the end over a batch
-of expired locks.
+fetch reads from the wallet's first free tokens and queues nothing). Housekeeping runs once at
+the end over a batch of expired locks.
 
 Two passes:
 
@@ -149,7 +149,7 @@ class Cycles:
         self.last_wallet = wallet
         if contested:
             # Two refusals in a row make a wallet contested (sherdlock.cache): its queue is
-            # dropped and its fetch takes tokens as of now.
+            # dropped and its fetch reads from the wallet's front.
             replica.get_selector().cache.tried(WalletKey(wallet, CURRENCY), 2, 2)
         # What the REST path adds to a selection: the rolling rate limits of the key and the
         # wallet, at their defaults, taken by the statement that locks.
@@ -282,7 +282,7 @@ def explained(names: dict[str, str], cycles: Cycles) -> list[tuple[str, str, str
         cycles.one("extend")
         record("select, extend, spend")
         cycles.one("release", contested=True)
-        record("select on a contested wallet (tokens taken as of now), then release")
+        record("select on a contested wallet (a fetch from its front), then release")
         with connection.cursor() as cursor:
             cursor.execute("UPDATE locks_tokenlock SET expires_at = now() - interval '1 hour'")
         run_housekeeping(batch_size=500, max_batches=2, grace_seconds=0)

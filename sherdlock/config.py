@@ -24,9 +24,9 @@ FETCH_LIMIT = 64
 COLD_FETCH_LIMIT = 16
 # A contested wallet's fetch queues nothing of what it reads (sherdlock.cache), so it reads the
 # tokens its need takes at the wallet's mean token (as its latest random batch held them), this
-# many times over: such a batch falls short only on a run of small tokens, and has room for those
-# others take first, which it passes over. Never fewer rows than a cold fetch, nor more than a
-# warm one (sherdlock.demand).
+# many times over: such a batch falls short only on a run of small tokens, and the replicas that
+# read it each cover their need with a different few of its tokens (their own shuffle of it).
+# Never fewer rows than a cold fetch, nor more than a warm one (sherdlock.demand).
 BATCH_MARGIN = 2
 # Rows per fetch of a wallet whose queued tokens this replica keeps locking unrefused: nobody else
 # takes them, so a long queue stays fresh and a replica alone on a hot wallet rarely fetches.

@@ -31,11 +31,8 @@ class TokenStore(Protocol):
         the key's totals as `shortfall`. If `limit` random rows do not reach it (more free
         tokens may), lock nothing and set `short_batch`: the caller fetches in descending order
         next. Rows in quantity order that do not reach it are all locked if more free tokens
-        exist. Set `exhausted` when fewer than `limit` rows were
-        found, and `conflicts` to the rows it tried to lock but lost to a concurrent
-        selection. For a `claim.contested` key a store may take each row as of the moment it
-        locks it rather than as of its read of the batch: a row locked meanwhile is then passed
-        over, neither tried (no conflict) nor returned as spare. With `claim.yield_to_turn`
+        exist. Set `exhausted` when fewer than `limit` rows were found, and `conflicts` to the
+        rows it tried to lock but lost to a concurrent selection. With `claim.yield_to_turn`
         lock nothing and set `turn_taken` while another selection holds or asks for the key's
         turn (see `await_turn`). Raise only on failures that are not contention (connection
         lost, ...).

@@ -286,13 +286,11 @@ class Selector:
                     self._sleep(turns.wait_for_funds(store, rnd, config, now, self._rng))
             total_before_fetch = rnd.total
             rnd.pending = None
-            # Replicas that fall back to a wallet's largest tokens go for the same few, so that
-            # fetch takes each as of the moment it locks it, as on a contested wallet. A fetch
-            # for a contested or a cold wallet does not ask for the rows it does not lock.
+            # A fetch for a contested or a cold wallet does not ask for the rows it does not lock.
             crowded = cache.contested(rnd.key) or rnd.turn.newcomer
             sized = crowded and not largest_first and rnd.strategy.order == ORDER_RANDOM
             limit, warm = self._demand.fetch_limit(rnd.key, cache, need if sized else 0)
-            claim = rnd.claim(largest_first or crowded, largest_first, warm and not crowded)
+            claim = rnd.claim(crowded, largest_first, warm and not crowded)
             result = store.fetch_and_lock(claim, limit)
             rnd.pending = []
             stats.fetches += 1

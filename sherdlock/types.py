@@ -62,16 +62,15 @@ class Claim:
     # and the strategy a recording store writes on the selection.
     order: str = "random"
     strategy: str = "random"
-    # The key's selections keep colliding (sherdlock.cache, "contested"): a fetch should take
-    # each token as of the moment it locks it, not as of the moment it read the batch.
+    # The key's selections keep colliding (sherdlock.cache, "contested").
     contested: bool = False
     # Whether the caller keeps the rows a fetch reads but does not lock (FetchResult.spare):
     # a replica keeps no queue of a contested key (sherdlock.cache), nor of one it does not
     # select from often (a cold one, sherdlock.demand), so a store may leave them out of its
-    # answer. Nor need such a fetch spread its read over the wallet: a cold key is not one
-    # replicas keep meeting on, and a contested key's fetch takes each token as of the moment
-    # it locks it, passing over those others take first. Only replicas that queue what they
-    # read need to read different parts of the wallet.
+    # answer. Nor need such a fetch spread its read over the wallet: each replica locks a few
+    # tokens of its own shuffle of what it read, so replicas that read the same tokens seldom
+    # pick the same ones. Only replicas that queue what they read need to read different parts
+    # of the wallet, or their queues would hold the same tokens.
     spare: bool = True
     # A newcomer to a contested key (sherdlock.turns): a fetch locks nothing while another
     # selection holds or asks for the key's turn, and says so (FetchResult.turn_taken).

@@ -27,9 +27,7 @@ class CountingStore(PostgresTokenStore):
     """Count the token rows offered to lock statements, as the seed-faithful baseline does.
 
     A fetch offers the rows of the prefix it tries to lock (granted or lost to a concurrent
-    selection); a contested wallet's fetch offers the rows it took, having passed over those
-    it found locked without trying them (``locks_take_tokens``); a try-lock offers every
-    submitted candidate.
+    selection); a try-lock offers every submitted candidate.
     """
 
     latest: CountingStore | None = None

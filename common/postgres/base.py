@@ -7,7 +7,7 @@ of them afresh at its first five runs on a session and again after any change to
 (a TRUNCATE; an ANALYZE, which autovacuum runs on the lock table every few hundred changes)
 before settling on the generic plan most of them end up running anyway, and a few it keeps
 planning at every call. Django's own statements are never prepared: this changes nothing for
-them, nor for the functions that set their own mode (``locks_take_tokens``).
+them.
 
 Django's pool (``OPTIONS["pool"]``) checks each connection it lends with psycopg_pool's
 ``check_connection``, an empty query: a round trip before the first statement of every request,

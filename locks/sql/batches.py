@@ -6,8 +6,7 @@ A locking statement (``locks.sql.locking``) tries the tokens of one of these cho
 - a fetch: a batch of the wallet's free tokens (``RANDOM_BATCH`` from a random pivot for a warm
   key, ``FRONT_BATCH`` from the wallet's first free token for a cold or a contested key, or
   ``ORDERED_BATCH`` in quantity order), what the batch covers (``REACH``), then the tokens to
-  lock: a random prefix of the batch that covers the need (``PREFIX``), or on a contested wallet
-  a covering run taken as of the moment of each lock (``TAKEN_AS_OF_NOW``).
+  lock: the prefix of the batch, in its order, that covers the need (``PREFIX``).
 
 Each fragment is a run of CTEs ending in a comma; ``{gated}`` is where the statement adds the
 conditions that let it lock anything at all (an unused tx id, an admitted rate limit). The
@@ -92,12 +91,12 @@ candidates AS MATERIALIZED (
 # index walk, without the pivot's reads of the wallet's id range or a wrap-around walk.
 # - A cold key is not one the replica's selections keep colliding on, so walking from a pivot
 #   would buy nothing; a cold fetch that does collide makes the key contested like any other.
-# - A contested key's fetch takes tokens as of the moment it locks each (TAKEN_AS_OF_NOW), in
-#   the batch's shuffled order, and passes over those other selections take meanwhile, so
-#   replicas that read the same front lose nothing to each other. Reading the front keeps them
-#   off the rest of the wallet, where the replicas that do keep a queue of it (it is warm, not
-#   contested, in them) find their queued tokens still free: their cheap try-locks are refused
-#   less, and the key is contested less often.
+# - A contested key's replicas each lock a covering prefix of their own shuffle of the front, a
+#   few tokens of a batch sized at twice the need, so they seldom pick the same token; one that
+#   loses a token (locked after its snapshot: the insert leaves it) refetches. Reading the front
+#   keeps them off the rest of the wallet, where the replicas that do keep a queue of it (it is
+#   warm, not contested, in them) find their queued tokens still free: their cheap try-locks
+#   are refused less, and the key is contested less often.
 FRONT_BATCH = """
 candidates AS MATERIALIZED (
     SELECT id, quantity, random() AS rnd
@@ -184,27 +183,6 @@ chosen AS MATERIALIZED (
     WHERE c.running - c.quantity < %(need)s::numeric
       AND (SELECT free FROM reach) >= %(need)s::numeric{gated}
 ),"""
-
-# On a wallet whose selections keep colliding (sherdlock.cache, "contested") the batch, in the
-# same order, goes to locks_take_tokens (migration locks 0014), which takes tokens from the front
-# as of that moment, a covering run at a time, until what it took covers the need. A token
-# locked after the statement began is passed over instead of being inserted and lost. The batch
-# is held as two arrays in one row, in its order. What was taken is row-locked already (the
-# statement reads it with TAKEN_WANTED, not locking.WANTED). Every token the function looked at
-# (`looked`) is left out of the spare: those it passed over are taken.
-TAKEN_AS_OF_NOW = """
-ordered AS MATERIALIZED (
-    SELECT array_agg(id ORDER BY rnd, id) AS ids, array_agg(quantity ORDER BY rnd, id) AS amounts
-    FROM candidates
-    WHERE (SELECT free FROM reach) >= %(need)s::numeric{gated}
-),
-looked AS MATERIALIZED (
-    SELECT k.token AS id, k.took
-    FROM ordered o
-    CROSS JOIN LATERAL locks_take_tokens(o.ids, o.amounts, %(need)s::numeric,
-                                         %(wallet)s::text, %(currency)s::text) k
-),
-chosen AS MATERIALIZED (SELECT id FROM looked WHERE took),"""
 
 # -- the window of a choosing strategy ----------------------------------------------------------
 

@@ -102,14 +102,6 @@ wanted AS MATERIALIZED (
     ORDER BY t.id
     FOR UPDATE OF t SKIP LOCKED
 ),""".format(unspent_of_key=UNSPENT_OF_KEY)
-# The same for tokens locks_take_tokens took (batches.TAKEN_AS_OF_NOW): row-locked already, and
-# found unspent under that lock.
-TAKEN_WANTED = """
-wanted AS MATERIALIZED (
-    SELECT t.id, t.quantity, t.tx_id, t."index"
-    FROM tokens_token t
-    WHERE t.id = ANY(ARRAY(SELECT id FROM chosen)) AND {unspent_of_key}
-),""".format(unspent_of_key=UNSPENT_OF_KEY)
 
 # Insert the locks in token-id order (see the module docstring). An existing lock is taken over
 # only if its lease has run out; a live one is left alone and its token is not granted. What was
@@ -218,31 +210,24 @@ RECORDED_RESULT = """,
                  SELECT id, tx_id, "index", quantity FROM tokens_token
                  WHERE id = ANY(%(held_ids)s::bigint[]) AND wallet = %(wallet)s::text) x)
        END AS tokens""".format(open=OPEN)
-# What the row is read from: what was granted, in one pass, and for a fetch its `reach`, what it
-# tried (`k`, counted once) and, but for a cold key's fetch, the rows of its batch it neither
-# tried nor passed over, when its caller keeps them (%(spare)s, sherdlock.types.Claim.spare).
-# What it tried is the front of its batch in the order it went through it, so the spare is the
-# rest of the batch in that order.
+# What the row is read from: what was granted, in one pass, and for a fetch its `reach`, how
+# many tokens it tried (`k`, counted once: its covering prefix) and, but for a cold key's fetch,
+# the rest of its batch in the batch's order, when its caller keeps it (%(spare)s,
+# sherdlock.types.Claim.spare).
 FROM_GRANTED = """
 FROM (SELECT array_agg(id ORDER BY id) AS ids, array_agg(quantity ORDER BY id) AS quantities,
              min(expires_at) AS expires_at
       FROM granted) g"""
 FROM_FETCH = """,
      reach r,
-     {tried} k"""
+     (SELECT count(*) AS attempted FROM chosen) k"""
 FROM_SPARE = """,
      LATERAL (
-         SELECT (array_agg(id ORDER BY rnd, id) FILTER (WHERE %(spare)s::boolean))[k.tried + 1:]
-                    AS ids,
+         SELECT (array_agg(id ORDER BY rnd, id) FILTER (WHERE %(spare)s::boolean))
+                    [k.attempted + 1:] AS ids,
                 (array_agg(quantity ORDER BY rnd, id) FILTER (WHERE %(spare)s::boolean))
-                    [k.tried + 1:] AS quantities
+                    [k.attempted + 1:] AS quantities
          FROM candidates) s"""
-# What a fetch tried: the covering prefix it inserted, all of them attempted; or every token
-# locks_take_tokens looked at, of which those it took were attempted (the rest it passed over).
-TRIED = "(SELECT count(*) AS attempted, count(*) AS tried FROM chosen)"
-TRIED_AS_OF_NOW = (
-    "(SELECT count(*) FILTER (WHERE took) AS attempted, count(*) AS tried FROM looked)"
-)
 
 # -- the variants -----------------------------------------------------------------------------
 
@@ -257,7 +242,7 @@ class LockStatement:
     # random fetch of a cold or a contested key: from the wallet's first free token (a cold
     # key's answers no spare rows, its caller keeps none)
     front: bool = False
-    contested: bool = False  # fetch: take tokens as of now, a covering run at a time
+    contested: bool = False  # fetch of a contested key: a newcomer may yield to its turn
     record: bool = False  # gate on the tx id and write the selection row when complete
     metered: bool = False  # take the request's rate-limit units, lock nothing if refused
 
@@ -265,7 +250,7 @@ class LockStatement:
         if self.choice not in CHOICES:
             raise ValueError(f"unknown choice {self.choice!r}")
         if self.contested and not self.fetch:
-            raise ValueError("only a fetch takes tokens as of now")
+            raise ValueError("only a fetch yields to the key's turn")
         if self.front and self.choice != "random":
             raise ValueError("only a random fetch reads from the wallet's front")
         if self.contested and self.choice == "random" and not self.front:
@@ -301,9 +286,8 @@ class LockStatement:
         else:
             ctes += [batches.ORDERED_BATCH[self.choice], batches.ORDERED_REACH]
         if self.fetch:
-            take = batches.TAKEN_AS_OF_NOW if self.contested else batches.PREFIX
-            ctes += [take.format(gated=gated)]
-        ctes += [TAKEN_WANTED if self.contested else WANTED, GRANTED]
+            ctes += [batches.PREFIX.format(gated=gated)]
+        ctes += [WANTED, GRANTED]
         ctes += [RECORDED] if self.record else []
         return ctes
 
@@ -313,7 +297,7 @@ class LockStatement:
         if self.fetch:
             columns += FETCHED + (SPARE if self.spare else NO_SPARE)
             columns += TURN_TAKEN if self.contested else TURN_NOT_ASKED
-            source += FROM_FETCH.format(tried=TRIED_AS_OF_NOW if self.contested else TRIED)
+            source += FROM_FETCH
             source += FROM_SPARE if self.spare else ""
         columns += RECORDED_RESULT if self.record else NOT_RECORDED
         columns += RESULT_METERED if self.metered else ""

@@ -261,15 +261,15 @@ def test_rows_found_once_are_found_again_by_key(name):
 
 
 # Every fetch in quantity order: the strategies' (ascending, descending), a random selection's
-# largest-first fetch after a short batch (descending), each also as a contested wallet's walk,
+# largest-first fetch after a short batch (descending), each also as a contested wallet's fetch,
 # and the window of exact and consolidate.
 ORDERED = {
     **{
-        f"{order}{'-contested' if fresh else ''}": locking.LOCK_STATEMENTS[
-            locking.LockStatement(order, contested=fresh)
+        f"{order}{'-contested' if contested else ''}": locking.LOCK_STATEMENTS[
+            locking.LockStatement(order, contested=contested)
         ]
         for order in ("ascending", "descending")
-        for fresh in (False, True)
+        for contested in (False, True)
     },
     "window": locking.CANDIDATES,
 }
@@ -354,20 +354,13 @@ def test_a_full_batch_asks_only_the_largest_free_tokens_whether_they_cover_the_n
 
 
 @pytest.mark.parametrize("order", ["random", "descending"])
-def test_a_contested_fetch_reads_only_the_tokens_it_took(order):
-    # locks_take_tokens returns a covering run, not the thousand rows the planner assumes of a
-    # function: planned for those, the read of what it took was a hash join over every unspent
-    # token of the wallet.
+@pytest.mark.parametrize("contested", [False, True], ids=["plain", "contested"])
+def test_a_fetch_row_locks_only_the_tokens_it_chose(order, contested):
+    # The tokens a fetch chose are row-locked by key (locking.WANTED), not by a read of the
+    # wallet's unspent tokens, however many the wallet holds.
     make_tokens(1000, wallet="alice", quantity=1)
-    variant = locking.LockStatement(order, front=order == "random", contested=True)
+    front = order == "random" and contested
+    variant = locking.LockStatement(order, front=front, contested=contested)
     plan = generic_plan(locking.LOCK_STATEMENTS[variant])
     wanted = next(n for n in plan if n.get("Subplan Name") == "CTE wanted")
     assert token_reads(list(nodes(wanted))) == [("Index Scan", "tokens_token_pkey")]
-
-
-def test_the_contested_take_plans_its_queries_once_per_session():
-    # Its queries read a slice of the batch's ids; planned afresh for each slice (the plan
-    # cache's custom plans), they cost more than they do.
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT prorows, proconfig FROM pg_proc WHERE proname = 'locks_take_tokens'")
-        assert cursor.fetchall() == [(8, ["plan_cache_mode=force_generic_plan"])]

@@ -31,13 +31,13 @@ def _connect(url: str) -> psycopg.Connection:
 
 
 FETCH = locking.LOCK_STATEMENTS[locking.LockStatement("random")]
-FRESH_FETCH = locking.LOCK_STATEMENTS[locking.LockStatement("random", front=True, contested=True)]
+FRONT_FETCH = locking.LOCK_STATEMENTS[locking.LockStatement("random", front=True, contested=True)]
 TRY_LOCK = locking.LOCK_STATEMENTS[locking.LockStatement("given")]
 
 # A stand-in for random() that waits at a gate: a fetch calls random() while executing, i.e.
 # after the statement's snapshot is taken: FETCH for its pivot, before the candidate scan;
-# FRESH_FETCH, which reads from the wallet's front, to shuffle its batch, once the scan has
-# read the first candidate (and judged it free in that snapshot) and before the others.
+# FRONT_FETCH (a contested key's, from the wallet's front) to shuffle its batch, once the scan
+# has read the first candidate (and judged it free in that snapshot) and before the others.
 GATE_SQL = """
 CREATE OR REPLACE FUNCTION public.random() RETURNS double precision
 LANGUAGE plpgsql VOLATILE AS $$
@@ -112,31 +112,16 @@ def gated_fetch(db_url, statement: str, locked_meanwhile: int, need: int = 10) -
             conn.close()
 
 
-def test_a_contested_fetch_passes_over_a_lock_committed_after_its_snapshot(db_url):
-    """Race 1, on a contested wallet: each token is taken as of the moment it is locked.
-
-    Both tokens are free in the fetch's snapshot; one is locked and committed before the fetch
-    reads its batch. Asked for both, the walk looks at each: it never offers the lost one to
-    its insert, and takes the other, one lock attempt for one lock.
-    """
-    lost, free = make_token(quantity=10), make_token(quantity=10)
-    row = gated_fetch(db_url, FRESH_FETCH, lost.pk, need=20)
-    assert (row["granted_ids"], row["attempted"]) == ([free.pk], 1)
-    # The token passed over is taken: not offered back to the cache.
-    assert not row["spare_ids"]
-    locks = {lock.token_id: lock.spender_tx_id for lock in TokenLock.objects.all()}
-    assert locks == {lost.pk: "tx-other", free.pk: "tx-replica"}
-
-
-def test_lock_committed_after_the_candidate_snapshot_is_reported_not_locked(db_url):
+@pytest.mark.parametrize("statement", [FETCH, FRONT_FETCH], ids=["warm", "contested"])
+def test_lock_committed_after_the_candidate_snapshot_is_reported_not_locked(db_url, statement):
     """Race 1: the candidate read names a token whose lock row commits after its snapshot.
 
-    The replica's FETCH_AND_LOCK is paused after its snapshot is taken and before its candidate
-    scan runs; meanwhile another replica locks the token with the real TRY_LOCK statement and
-    commits. The replica's anti-join (old snapshot) then passes the token as a candidate.
+    The replica's fetch is paused after its snapshot is taken; meanwhile another replica locks
+    the token with the real TRY_LOCK statement and commits. The replica's anti-join (old
+    snapshot) then passes the token as a candidate, and its insert finds the live lock.
     """
     token = make_token(quantity=10)
-    row = gated_fetch(db_url, FETCH, token.pk)
+    row = gated_fetch(db_url, statement, token.pk)
     assert (row["granted_ids"], row["attempted"]) == (None, 1)  # chosen, then lost to the other
     lock = TokenLock.objects.get(pk=token.pk)
     assert (lock.spender_tx_id, lock.fence) == ("tx-other", 1)
@@ -180,7 +165,8 @@ def test_expired_lease_of_a_spent_token_is_never_taken_over(db_url):
     assert TokenLock.objects.get(pk=token.pk).spender_tx_id == "tx-spend"
 
 
-def test_concurrent_fetches_skip_each_others_rows_instead_of_waiting(db_url):
+@pytest.mark.parametrize("contested", [False, True])
+def test_concurrent_fetches_skip_each_others_rows_instead_of_waiting(db_url, contested):
     make_tokens(6, quantity=1)
     holder = _connect(db_url)
     try:
@@ -191,32 +177,10 @@ def test_concurrent_fetches_skip_each_others_rows_instead_of_waiting(db_url):
                 "SELECT id FROM tokens_token ORDER BY id LIMIT 3 FOR UPDATE"
             ).fetchall()
         ]
-        result = PostgresTokenStore(lease=30).fetch_and_lock(claim("tx", 1, 6), 10)
+        asked = Claim("tx", KEY, 6, 1, contested=contested, spare=not contested)
+        result = PostgresTokenStore(lease=30).fetch_and_lock(asked, 10)
         assert {c.token_id for c in result.granted}.isdisjoint(held)
         assert len(result.granted) == 3 and result.conflicts == 3
-    finally:
-        holder.execute("ROLLBACK")
-        holder.close()
-
-
-@pytest.mark.parametrize("need", [25, 35])
-def test_a_contested_take_passes_over_a_token_being_taken_and_stops_at_its_batch_end(db_url, need):
-    # Four free tokens of 10 in the snapshot; another transaction holds one's row, as a lock
-    # insert does until it commits. The take steps past it to the other three.
-    tokens = make_tokens(4, quantity=10)
-    holder = _connect(db_url)
-    try:
-        holder.execute("BEGIN")
-        holder.execute("SELECT id FROM tokens_token WHERE id = %s FOR UPDATE", [tokens[1].pk])
-        result = PostgresTokenStore(lease=30).fetch_and_lock(
-            Claim("tx-1", KEY, need, 1, contested=True), 64
-        )
-        others = {t.pk for t in tokens} - {tokens[1].pk}
-        taken = {c.token_id for c in result.granted}
-        assert set(TokenLock.objects.values_list("token_id", flat=True)) == taken
-        # Three of 10 cover 25; for 35 the take gets all three it can and ends with its batch
-        # (the selector refetches for the rest). Passed-over tokens are not offered: no conflict.
-        assert taken == others and result.conflicts == 0 and result.shortfall is None
     finally:
         holder.execute("ROLLBACK")
         holder.close()

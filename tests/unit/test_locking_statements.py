@@ -61,9 +61,10 @@ def test_what_a_variant_does_shows_in_its_text(variant):
     # A warm key's random fetch walks from a random pivot; a cold or a contested key's reads
     # from the wallet's front.
     assert ("pivot" in names) == (variant.choice == "random" and not variant.front)
-    assert ("locks_take_tokens" in statement) == variant.contested
-    # A contested take row-locks in the function; every other variant skips locked rows here.
-    assert ("FOR UPDATE OF t SKIP LOCKED" in statement) == (not variant.contested)
+    # Every variant row-locks the tokens it chose in one place, skipping rows being locked,
+    # then inserts their lock rows.
+    assert statement.count("FOR UPDATE OF t SKIP LOCKED") == 1
+    assert names.index("chosen") < names.index("wanted") < names.index("granted")
     # The commit mode and (recording) the strategy are parameters, as is a fetch's spare, but
     # for a cold key's, which answers none.
     parameters = set(PARAMETER.findall(statement))
@@ -83,7 +84,7 @@ def test_unknown_choices_contested_try_locks_and_ordered_fetches_from_the_front_
         locking.LockStatement("given", contested=True)
     with pytest.raises(ValueError, match="front"):
         locking.LockStatement("ascending", front=True)
-    # A contested random fetch passes over what others take: it has no use for a pivot.
+    # A contested key's replicas queue none of what they read: a pivot would buy them nothing.
     with pytest.raises(ValueError, match="front"):
         locking.LockStatement("random", contested=True)
 
@@ -98,7 +99,6 @@ def test_the_fragments_are_whole_statements_parts_not_cut_from_each_other():
         batches.RANDOM_REACH,
         batches.ORDERED_REACH,
         batches.PREFIX,
-        batches.TAKEN_AS_OF_NOW,
     ]
     for one in fragments:
         for other in fragments:

@@ -284,10 +284,10 @@ def test_a_wallet_whose_queue_keeps_going_stale_is_served_by_fetches(store, cloc
     a.cache.invalidate(key)
     a.select("a6", key.wallet, key.currency, 1)
     assert not a.cache.contested(key) and a.cache.peek(key)
-    # The store is told which fetches are a contested wallet's (it may take tokens as of now),
-    # and whether the rows a fetch does not lock are kept (it may leave them out): not those of
-    # a contested wallet, nor those of a cold one (a5's: a4 was fetched one ttl ago), only a
-    # warm one's (a6's).
+    # The store is told which fetches are a contested wallet's (a newcomer's may yield to the
+    # key's turn), and whether the rows a fetch does not lock are kept (it may leave them out):
+    # not those of a contested wallet, nor those of a cold one (a5's: a4 was fetched one ttl
+    # ago), only a warm one's (a6's).
     assert [claim.contested for claim in claims] == [True, False, False]
     assert [claim.spare for claim in claims] == [False, False, True]
 
