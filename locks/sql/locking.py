@@ -231,7 +231,15 @@ FROM_SPARE = """,
 
 # -- the variants -----------------------------------------------------------------------------
 
-CHOICES = ("given", "random", "ascending", "descending")
+# Each choice's kinds of statement, (front, contested): a try-lock is neither; a random fetch is
+# a warm key's (from a pivot), a cold key's or a contested key's (both from the front); a fetch
+# in quantity order is plain or contested.
+KINDS = {
+    "given": ((False, False),),
+    "random": ((False, False), (True, False), (True, True)),
+    "ascending": ((False, False), (False, True)),
+    "descending": ((False, False), (False, True)),
+}
 
 
 @dataclass(frozen=True)
@@ -247,14 +255,14 @@ class LockStatement:
     metered: bool = False  # take the request's rate-limit units, lock nothing if refused
 
     def __post_init__(self) -> None:
-        if self.choice not in CHOICES:
+        kinds = KINDS.get(self.choice)
+        if kinds is None:
             raise ValueError(f"unknown choice {self.choice!r}")
-        if self.contested and not self.fetch:
-            raise ValueError("only a fetch yields to the key's turn")
-        if self.front and self.choice != "random":
-            raise ValueError("only a random fetch reads from the wallet's front")
-        if self.contested and self.choice == "random" and not self.front:
-            raise ValueError("a contested random fetch reads from the wallet's front")
+        if (self.front, self.contested) not in kinds:
+            raise ValueError(
+                f"a {self.choice} statement has no kind front={self.front}, "
+                f"contested={self.contested} (KINDS)"
+            )
 
     @property
     def fetch(self) -> bool:
@@ -308,19 +316,10 @@ class LockStatement:
         return "WITH" + "".join(self.fragments()).rstrip(",") + "\n" + self.result()
 
 
-# Each choice's kinds of statement, (front, contested): a try-lock is neither; a random fetch is
-# a warm key's (from a pivot), a cold key's or a contested key's (both from the front); a fetch
-# in quantity order is plain or contested.
-KINDS = {
-    "given": ((False, False),),
-    "random": ((False, False), (True, False), (True, True)),
-    "ascending": ((False, False), (False, True)),
-    "descending": ((False, False), (False, True)),
-}
 VARIANTS = tuple(
     LockStatement(choice, front, contested, record, metered)
-    for choice in CHOICES
-    for front, contested in KINDS[choice]
+    for choice, kinds in KINDS.items()
+    for front, contested in kinds
     for record in (False, True)
     for metered in (False, True)
 )
