@@ -8,7 +8,10 @@ stream. Nothing competes with it, so what it measures is the work of one cycle: 
 (the selector, the store, psycopg and Django's cursor) and, on a server on this host, its
 backend's (``bench.cpu``). Prints the CPU (``process_time``) and the wall time per cycle;
 ``--profile`` prints cProfile's view. ``--spread-wallets`` and the workload options of
-``python -m bench`` size the workload. The backend's pid is printed (stderr) before the first
+``python -m bench`` size the workload. One process revisits each of spread's default 1,000
+wallets within the cache's ttl, so its fetches are warm (full batches, spare rows queued),
+where a replica of the benchmark's 8 meets most wallets cold: ``--spread-wallets 8000`` gives
+that replica's view. The backend's pid is printed (stderr) before the first
 cycle: ``perf record --call-graph dwarf -p PID -- sleep 5`` then shows where the server's time
 goes, phase by phase (``standard_ExecutorStart``: setting up the plan, which grows with the
 statement's nodes; ``ExecInsertIndexTuples``: an entry per index; ``CommitTransaction``).
