@@ -62,7 +62,9 @@ class Claim:
     # and the strategy a recording store writes on the selection.
     order: str = "random"
     strategy: str = "random"
-    # The key's selections keep colliding (sherdlock.cache, "contested").
+    # The key's selections keep colliding (sherdlock.cache, "contested"): its caller keeps no
+    # queue of it (`spare` false), and a newcomer's fetch may yield to the key's turn
+    # (`yield_to_turn`).
     contested: bool = False
     # Whether the caller keeps the rows a fetch reads but does not lock (FetchResult.spare):
     # a replica keeps no queue of a contested key (sherdlock.cache), nor of one it does not
