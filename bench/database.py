@@ -309,11 +309,13 @@ def reset() -> None:
             "SELECT setval(pg_get_serial_sequence('tokens_token', 'id'), "
             "(SELECT max(id) FROM tokens_token))"
         )
-        # Fresh statistics keep the planner on the partial index whatever ran before, and a
-        # vacuumed table (visibility map set) lets every point start where the previous one did
-        # instead of one of them paying for autovacuum of the restored rows. The lock table is
-        # left unanalysed (TRUNCATE made its size unknown): statistics of an empty lock table,
-        # taken now, would plan every statement of the point for a table that then fills up.
+        # Fresh statistics plan every point's statements alike, whatever ran before. They
+        # describe the snapshot, in which nothing is spent (one baseline plans differently once
+        # autovacuum has seen spent tokens: bench.strategies.skiplocked). A vacuumed table
+        # (visibility map set) lets every point start where the previous one did instead of one
+        # of them paying for autovacuum of the restored rows. The lock table is left unanalysed
+        # (TRUNCATE made its size unknown): statistics of an empty lock table, taken now, would
+        # plan every statement of the point for a table that then fills up.
         cursor.execute("VACUUM (ANALYZE) tokens_token")
     forget_changes()
     checkpoint()
