@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections import Counter
 from urllib.parse import urlsplit, urlunsplit
 
 DEFAULT_NAME = "sherdlock_bench"
@@ -34,6 +35,16 @@ TABLES = (
 # The spenders of the lock rows the housekeeping points plant (bench.expired_locks); the audit
 # of a point's books (bench.books) does not count them as leaked.
 EXPIRED_PREFIX = "crashed-"
+
+# Every wallet is seeded with spent tokens at the low end of its ids, one for every
+# HISTORY_EVERY unspent ones (at least one), spent by HISTORY_TX: a table in use holds spent
+# tokens, its wallets' oldest. Planned from statistics of a table with nothing spent, the
+# skip-locked-statement baseline walks token_by_wallet (the primary key if there is one
+# wallet) through every spent token at a wallet's front until autovacuum analyses spends
+# mid-point: its rate, and the targets that name it, would depend on when autovacuum comes by.
+# A few in every wallet suffice for the planner to see them; a tenth keeps the seed small.
+HISTORY_EVERY = 10
+HISTORY_TX = "bench-history"
 
 # The reference's tables (``bench.strategies.reference``), the one with the tokens last; its
 # lock and token tables have the columns the audit reads under ours' names.
@@ -205,20 +216,36 @@ class Quiet:
 def seed(rows: tuple[tuple[str, int], ...], currency: str) -> dict[str, int]:
     """Replace every token by ``rows``, remember them as the snapshot ``reset`` restores.
 
-    Return the unspent quantity per wallet.
+    Each wallet's spent history (HISTORY_EVERY) comes first, so it has the lowest ids. Return the
+    unspent quantity per wallet.
     """
+    from django.utils import timezone
+
+    per_wallet = Counter(wallet for wallet, _ in rows)
+    history = [wallet for wallet, count in per_wallet.items() for _ in range(history_size(count))]
+    spent_at = timezone.now()
     with Quiet(), db_cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
-        copy_sql = 'COPY tokens_token (tx_id, "index", wallet, currency, quantity) FROM STDIN'
+        copy_sql = (
+            'COPY tokens_token (tx_id, "index", wallet, currency, quantity, spent_by, spent_at) '
+            "FROM STDIN"
+        )
         with cursor.cursor.copy(copy_sql) as copy:
+            for index, wallet in enumerate(history):
+                copy.write_row((HISTORY_TX, index, wallet, currency, 1, HISTORY_TX, spent_at))
             for index, (wallet, quantity) in enumerate(rows):
-                copy.write_row(("bench-seed", index, wallet, currency, quantity))
+                copy.write_row(("bench-seed", index, wallet, currency, quantity, None, None))
         cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
         cursor.execute("CREATE TABLE bench_snapshot AS SELECT * FROM tokens_token")
     reset()
     from bench.books import unspent_by_wallet  # the audit's, which reads through this module
 
     return unspent_by_wallet()
+
+
+def history_size(unspent: int) -> int:
+    """Return how many spent tokens are seeded before a wallet's ``unspent`` ones."""
+    return max(1, unspent // HISTORY_EVERY)
 
 
 # Secondary indexes of a table: those that back no constraint (primary key, unique, foreign
@@ -309,9 +336,8 @@ def reset() -> None:
             "SELECT setval(pg_get_serial_sequence('tokens_token', 'id'), "
             "(SELECT max(id) FROM tokens_token))"
         )
-        # Fresh statistics plan every point's statements alike, whatever ran before. They
-        # describe the snapshot, in which nothing is spent (one baseline plans differently once
-        # autovacuum has seen spent tokens: bench.strategies.skiplocked). A vacuumed table
+        # Fresh statistics plan every point's statements alike, whatever ran before: they
+        # describe the snapshot, its spent history included (HISTORY_EVERY). A vacuumed table
         # (visibility map set) lets every point start where the previous one did instead of one
         # of them paying for autovacuum of the restored rows. The lock table is left unanalysed
         # (TRUNCATE made its size unknown): statistics of an empty lock table, taken now, would

@@ -99,8 +99,9 @@ CREATE TABLE IF NOT EXISTS {SELECTIONS} (
 
 # The seeded tokens (the snapshot ``bench.database.seed`` keeps) with the same ids as ours.
 RESTORE = f"""
-INSERT INTO {TOKENS} (id, tx_id, "index", wallet, currency, quantity)
-SELECT id, tx_id, "index", wallet, currency, quantity FROM bench_snapshot ORDER BY id
+INSERT INTO {TOKENS} (id, tx_id, "index", wallet, currency, quantity, spent_by, spent_at)
+SELECT id, tx_id, "index", wallet, currency, quantity, spent_by, spent_at
+FROM bench_snapshot ORDER BY id
 """
 RESTORE_IDS = (
     f"SELECT setval(pg_get_serial_sequence('{TOKENS}', 'id'), (SELECT max(id) FROM {TOKENS}))"

@@ -6,14 +6,13 @@ passed over, never waited for), keeps the prefix whose running sum covers what i
 and inserts its locks ``ON CONFLICT DO NOTHING``. A selection runs at most 6 such statements;
 then it releases what it got and backs off like every strategy.
 
-Its rate depends on the statistics of ``tokens_token``. A point starts from statistics taken
-with nothing spent (``bench.database.reset``). Planned from those, the statement's generic plan
-walks ``token_by_wallet`` (wallet, id) and filters spent tokens out in the heap. Once autovacuum
-has analysed the table with spent tokens in it, the plan walks ``token_unspent_by_wallet``,
-which holds unspent tokens only. The server's work per selection falls with the switch, the
-more so the more of the wallet's front is spent. So the baseline's rate at a point depends on
-whether autovacuum analysed ``tokens_token`` during it, and so do the targets that name it the
-best baseline.
+Its plan depends on the statistics of ``tokens_token``. Planned from statistics that show
+nothing spent, the statement walks ``token_by_wallet`` (wallet, id), or the primary key on a
+table of one wallet, and filters spent tokens out in the heap: it reads every spent token at the
+wallet's front. From statistics that show spent tokens, it walks ``token_unspent_by_wallet``,
+which holds unspent tokens only. The seed gives every wallet a spent history
+(``bench.database.HISTORY_EVERY``), so every point plans it the second way from its start, as on
+a table in use, not only once autovacuum has analysed the point's spends.
 """
 
 from __future__ import annotations

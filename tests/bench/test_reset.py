@@ -32,7 +32,8 @@ def lock_table_activity(columns: str) -> tuple:
 def test_a_point_inherits_no_lock_and_no_queue():
     database.seed((("w", 5), ("w", 7)), "USD")
     try:
-        token = Token.objects.order_by("id").first()
+        unspent = Token.objects.filter(spent_at__isnull=True)
+        token = unspent.order_by("id").first()
         assert token is not None
         make_lock(token)
         Token.objects.filter(id=token.id).update(quantity=1)  # a change the reset must undo
@@ -41,9 +42,25 @@ def test_a_point_inherits_no_lock_and_no_queue():
 
         database.reset()
 
-        assert sorted(Token.objects.values_list("quantity", flat=True)) == [5, 7]
+        assert sorted(unspent.values_list("quantity", flat=True)) == [5, 7]
+        assert Token.objects.filter(spent_by=database.HISTORY_TX).count() == 1
         assert not TokenLock.objects.exists()
         assert not Waiter.objects.exists()  # a left-over waiter would head the queue
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
+
+
+def test_every_wallet_is_seeded_with_spent_tokens_below_its_unspent_ones():
+    rows = (("a", 5),) * 25 + (("b", 3),) * 4
+    supply = database.seed(rows, "USD")
+    try:
+        assert supply == {"a": 125, "b": 12}  # the history is spent: no part of the supply
+        for wallet, unspent, spent in (("a", 25, 2), ("b", 4, 1)):
+            tokens = Token.objects.filter(wallet=wallet).order_by("id")
+            states = [token.spent_by for token in tokens]
+            assert states == [database.HISTORY_TX] * spent + [None] * unspent
+            assert database.history_size(unspent) == spent
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
