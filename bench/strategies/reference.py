@@ -59,11 +59,10 @@ SELECTIONS = "reference_selection"
 # production, whatever ANALYZE finds. A step reads its wallet's unspent tokens in id order and
 # locks them as it goes, so it reads the heap, and two paths give that order: the wallet's
 # unspent tokens (reference_token_unspent) and the primary key, filtered. On a table of one
-# wallet (the contested workloads) ANALYZE finds a single wallet and no spent token, so a
-# generic plan costs the two paths alike, and the primary key won or lost by a hair, depending
-# on when the statistics were taken. Walking the primary key reads every spent token of the
-# wallet as well, and they pile up at its low end, where a step starts: the reference then ran
-# at half its speed for as long as that plan was cached.
+# wallet (the contested workloads) ANALYZE finds a single wallet; with few spent tokens or none
+# in its sample, a generic plan costs the two paths alike, and the primary key wins or loses by
+# a hair, depending on when the statistics were taken. Walking the primary key reads every
+# spent token of the wallet as well, and they pile up at its low end, where a step starts.
 WALLETS_PLANNED_FOR = 1000
 SCHEMA = f"""
 CREATE SEQUENCE IF NOT EXISTS reference_fence_seq;
