@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from bench import books, database, strategies, verify
+from bench import books, database, seeding, strategies, verify
 from bench.worker import Record
 
 WALLET, PAYEE = "chain", "chain-payee"
@@ -246,7 +246,7 @@ def run(
     With ``wait``, a selection that finds the funds held waits its turn in the key's queue
     (as the service's ``Prefer: wait`` does) instead of answering funds locked at once.
     """
-    supply = database.seed(((WALLET, n),), "USD")
+    supply = seeding.seed(((WALLET, n),), "USD")
     out: dict[str, object] = {
         "strategy": strategy,
         "payments": n,

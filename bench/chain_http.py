@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from bench import chain, database, strategies
+from bench import chain, database, seeding, strategies
 from bench.chain import PAYEE, WALLET, Payment
 from bench.strategies import HTTP
 from bench.web import api_key, outputs, unavailable
@@ -190,7 +190,7 @@ def run(args, say) -> dict:
     if note := unavailable():
         return {"skipped": note}
     n = args.chain_payments
-    supply = database.seed(((WALLET, n),), "USD")
+    supply = seeding.seed(((WALLET, n),), "USD")
     key = api_key()
     out: dict[str, object] = {
         "strategy": "ours-http",

@@ -27,7 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from bench import database
+from bench import database, seeding
 
 # The client may cost its caller this much more CPU per cycle than the bare loop.
 BOUND = 1.3
@@ -186,7 +186,7 @@ def run(
     from bench.runner import make_workload
 
     workload = make_workload("spread", args or bench_args([]))
-    database.seed(workload.tokens, workload.currency)
+    seeding.seed(workload.tokens, workload.currency)
     key = web.api_key()
     say(f"client cost: {cycles} cycles per way")
     with tempfile.TemporaryFile("w+") as log:

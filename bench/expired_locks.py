@@ -1,12 +1,13 @@
 """The housekeeping points' expired lock rows: planted, topped up, counted.
 
 What a fleet of replicas that died leaves behind, on the large workload that
-``bench.database.seed_generated`` loads; ``bench.housekeeping`` measures selections with them.
+``bench.seeding.seed_generated`` loads; ``bench.housekeeping`` measures selections with them.
 """
 
 from __future__ import annotations
 
-from bench.database import EXPIRED_PREFIX, Quiet, bulk_load, checkpoint, db_cursor
+from bench.database import EXPIRED_PREFIX, Quiet, checkpoint, db_cursor
+from bench.seeding import bulk_load
 
 # Expired locks of crashed spenders on every other unspent token, lease ended an hour ago
 # (far past any housekeeping grace): what a fleet of replicas that died leaves behind.

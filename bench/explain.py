@@ -34,7 +34,7 @@ import re
 import sys
 from pathlib import Path
 
-from bench import database
+from bench import database, seeding
 
 ROOT = Path(__file__).resolve().parent.parent
 PREFIX = "explain-"
@@ -120,7 +120,7 @@ def seed(args: argparse.Namespace) -> None:
         say(f"reusing the {present:,} tokens already seeded")
     else:
         say(f"seeding {expected:,} tokens")
-        database.seed_generated(PREFIX, args.wallets, args.tokens_per_wallet, CURRENCY, args.seed)
+        seeding.seed_generated(PREFIX, args.wallets, args.tokens_per_wallet, CURRENCY, args.seed)
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE locks_tokenlock, locks_selection, locks_failedselection")
         cursor.execute("VACUUM ANALYZE tokens_token")

@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 
-from bench import database
+from bench import database, seeding
 
 WARM_UP = 20
 
@@ -43,7 +43,7 @@ def measure(requests: int) -> list[float]:
     from bench import web
 
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
-    database.seed((("held", 100),), "USD")
+    seeding.seed((("held", 100),), "USD")
     client = Client(HTTP_AUTHORIZATION=f"Api-Key {web.api_key()}")
 
     def select(tx_id: str):

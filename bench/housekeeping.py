@@ -20,7 +20,7 @@ import os
 import time
 import traceback
 
-from bench import database, expired_locks, strategies
+from bench import expired_locks, seeding, strategies
 from bench.strategies import OURS
 from bench.workloads import large
 
@@ -131,7 +131,7 @@ def run(args, harness, say) -> dict:
     workload = large(wallets, per_wallet, spend_ratio=args.spend_ratio, hold=args.hold)
     started = time.monotonic()
     say(f"seeding {workload.title} in the database")
-    supply = database.seed_generated("large-", wallets, per_wallet, workload.currency, args.seed)
+    supply = seeding.seed_generated("large-", wallets, per_wallet, workload.currency, args.seed)
     workload.check(supply)
     say(f"seeded in {time.monotonic() - started:.1f} s")
     out: dict[str, object] = {

@@ -35,7 +35,7 @@ import argparse
 import random
 import sys
 
-from bench import database
+from bench import database, seeding
 from bench.cycles import measure
 
 WORKLOADS = ("hot-wallet", "spread", "hot-tokens")
@@ -79,7 +79,7 @@ def run(
     from common import db
 
     workload = make_workload(workload_name, bench_args(workload_options or []))
-    database.seed(workload.tokens, workload.currency)
+    seeding.seed(workload.tokens, workload.currency)
     if strategy == strategies.REFERENCE:
         database.reset_reference()
     replica = strategies.build(strategy, 1)

@@ -22,7 +22,7 @@ import statistics
 import sys
 import time
 
-from bench import database
+from bench import database, seeding
 
 WARM_UP = 5
 # (name, order, need): the batch covers a need of 50 in either order (64 tokens of at least 1);
@@ -57,7 +57,7 @@ def measure(tokens: int, calls: int, limit: int) -> dict[str, float]:
     from locks.store import PostgresTokenStore
     from sherdlock import Claim, WalletKey
 
-    (wallet,) = database.seed_generated("large", 1, tokens, "USD", 1)
+    (wallet,) = seeding.seed_generated("large", 1, tokens, "USD", 1)
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE tokens_token")
     store, key = PostgresTokenStore(lease=30), WalletKey(wallet, "USD")

@@ -17,7 +17,7 @@ import os
 import time
 from urllib.parse import urlsplit
 
-from bench import database, strategies
+from bench import seeding, strategies
 from bench.strategies import OURS
 from bench.worker import Pool
 
@@ -75,7 +75,7 @@ def run(args, harness, make_workload, say) -> dict:
             try:
                 for workload in workloads:
                     began = time.monotonic()
-                    supply = database.seed(workload.tokens, workload.currency)
+                    supply = seeding.seed(workload.tokens, workload.currency)
                     say(f"seeded {workload.title} in {time.monotonic() - began:.1f} s")
                     point = harness.measure(
                         workload, OURS, replicas, supply, tag=f"pgb-{mode}", pool=pool

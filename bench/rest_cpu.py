@@ -21,7 +21,7 @@ import json
 import random
 import sys
 
-from bench import database
+from bench import database, seeding
 from bench.cycles import measure
 
 
@@ -82,7 +82,7 @@ def run(cycles: int, profile: bool, top: int) -> tuple[float, float]:
     from bench.runner import make_workload
 
     workload = make_workload("spread", bench_args([]))
-    database.seed(workload.tokens, workload.currency)
+    seeding.seed(workload.tokens, workload.currency)
     api = Wsgi(web.api_key())
     rng = random.Random(1)
 

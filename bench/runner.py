@@ -14,7 +14,7 @@ import shutil
 import sys
 import time
 
-from bench import asleep, books, cpu, database, reference_rounds, strategies
+from bench import asleep, books, cpu, database, reference_rounds, seeding, strategies
 from bench.options import parse_args
 from bench.quiet_spell import quiet_spell
 from bench.workloads import Workload, hot_tokens, hot_wallet, spread
@@ -217,7 +217,7 @@ def run_points(
 
     for workload in workloads:
         say(f"seeding {workload.title} ({len(workload.tokens)} tokens)")
-        supply = database.seed(workload.tokens, workload.currency)
+        supply = seeding.seed(workload.tokens, workload.currency)
         for turn, replicas in enumerate(args.replicas):
             # Rotate the order, so that no strategy always runs first after a reseed.
             for strategy in names[turn % len(names) :] + names[: turn % len(names)]:

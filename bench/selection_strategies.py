@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench import database, strategies
+from bench import seeding, strategies
 
 RANDOM = "random"
 
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace, harness, make_workload, say) -> dict:
     workload = make_workload("spread", args)
     replicas = args.strategy_replicas
     say(f"selection strategies: seeding {workload.title}")
-    supply = database.seed(workload.tokens, workload.currency)
+    supply = seeding.seed(workload.tokens, workload.currency)
     points = []
     for name in [RANDOM, *args.selection_strategies]:
         point = harness.measure(workload, label(name), replicas, supply, tag=f"strategy-{name}")

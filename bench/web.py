@@ -18,7 +18,7 @@ import random
 import time
 from typing import TYPE_CHECKING
 
-from bench import books, cpu, database, strategies, verify, web_server
+from bench import books, cpu, database, seeding, strategies, verify, web_server
 from bench.strategies import HTTP, OURS
 from bench.worker import Record
 from bench.workloads import Workload
@@ -322,7 +322,7 @@ def run_all(args, harness, make_workload, say) -> tuple[list[dict], str | None]:
         for name in args.http_workloads:
             workload = make_workload(name, args)
             say(f"seeding {workload.title} for the HTTP path")
-            supply = database.seed(workload.tokens, workload.currency)
+            supply = seeding.seed(workload.tokens, workload.currency)
             for replicas in args.http_replicas:
                 library = harness.measure(workload, OURS, replicas, supply, tag="lib")
                 point = measure(

@@ -103,7 +103,7 @@ def hot_tokens(big: int, big_quantity: int, small: int, seed: int, **options: ob
 
 
 def large(wallets: int, tokens_per_wallet: int, **options: object) -> Workload:
-    """Many wallets of many tokens of 1-20, generated in the database (``database.seed_generated``).
+    """Many wallets of many tokens of 1-20, generated in the server (``seeding.seed_generated``).
 
     Requests of 1-50 from a random wallet, as on the spread workload.
     """

@@ -96,7 +96,7 @@ CREATE TABLE IF NOT EXISTS {SELECTIONS} (
 )
 """
 
-# The seeded tokens (the snapshot ``bench.database.seed`` keeps) with the same ids as ours.
+# The seeded tokens (the snapshot ``bench.seeding.seed`` keeps) with the same ids as ours.
 RESTORE = f"""
 INSERT INTO {TOKENS} (id, tx_id, "index", wallet, currency, quantity, spent_by, spent_at)
 SELECT id, tx_id, "index", wallet, currency, quantity, spent_by, spent_at

@@ -11,7 +11,7 @@ nothing spent, the statement walks ``token_by_wallet`` (wallet, id), or the prim
 table of one wallet, and filters spent tokens out in the heap: it reads every spent token at the
 wallet's front. From statistics that show spent tokens, it walks ``token_unspent_by_wallet``,
 which holds unspent tokens only. The seed gives every wallet a spent history
-(``bench.database.HISTORY_EVERY``), so every point plans it the second way from its start, as on
+(``bench.seeding.HISTORY_EVERY``), so every point plans it the second way from its start, as on
 a table in use, not only once autovacuum has analysed the point's spends.
 """
 

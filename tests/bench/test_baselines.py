@@ -311,32 +311,6 @@ def test_a_reference_step_reads_its_wallet_index_on_a_table_of_one_wallet(refere
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("wallets, per_wallet", [(1, 1000), (100, 50)])
-def test_a_skip_locked_step_reads_the_unspent_index_from_a_points_start(wallets, per_wallet):
-    # A point starts from the seed's statistics (bench.database.reset). They show each wallet's
-    # spent history, so the step walks the wallet's unspent tokens, not every token of it.
-    from bench import database
-    from bench.strategies.skiplocked import STEP
-
-    rows = tuple((f"w{w}", 1 + n % 20) for w in range(wallets) for n in range(per_wallet))
-    database.seed(rows, "USD")
-    try:
-        call = {"fence": None, "wallet": "w0", "currency": "USD", "batch": 16, "need": 5}
-        call |= {"tx_id": "tx-1", "lease": 60}
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            scans = [
-                node.get("Index Name", node["Node Type"])
-                for node in explain_prepared(STEP, call)
-                if node.get("Relation Name") == "tokens_token"
-            ]
-        assert scans == ["token_unspent_by_wallet"]
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
-
-
-@pytest.mark.django_db(transaction=True)
 def test_a_lease_taken_over_while_a_reference_spend_waits_is_refused(db_url):
     """The spend checks the lock row's latest version, not the one its snapshot saw.
 

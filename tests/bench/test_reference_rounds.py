@@ -113,9 +113,9 @@ class Recorder:
 
 @pytest.fixture
 def unseeded(monkeypatch):
-    # Seeding is the database's part, measured by the harness's own tests; here only the order
-    # in which the points are asked for is under test.
-    monkeypatch.setattr(runner.database, "seed", lambda tokens, currency: {})
+    # Seeding has tests of its own (test_seeding); here only the order in which the points are
+    # asked for is under test.
+    monkeypatch.setattr(runner.seeding, "seed", lambda tokens, currency: {})
 
 
 def test_later_rounds_follow_each_workloads_pass_and_alternate_who_goes_first(unseeded):

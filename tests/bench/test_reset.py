@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from bench import books, database
+from bench import books, database, seeding
 from bench.quiet_spell import quiet_spell
 from locks.models import TokenLock, Waiter
 from tests.factories import make_lock
@@ -30,7 +30,7 @@ def lock_table_activity(columns: str) -> tuple:
 
 
 def test_a_point_inherits_no_lock_and_no_queue():
-    database.seed((("w", 5), ("w", 7)), "USD")
+    seeding.seed((("w", 5), ("w", 7)), "USD")
     try:
         unspent = Token.objects.filter(spent_at__isnull=True)
         token = unspent.order_by("id").first()
@@ -43,24 +43,9 @@ def test_a_point_inherits_no_lock_and_no_queue():
         database.reset()
 
         assert sorted(unspent.values_list("quantity", flat=True)) == [5, 7]
-        assert Token.objects.filter(spent_by=database.HISTORY_TX).count() == 1
+        assert Token.objects.filter(spent_by=seeding.HISTORY_TX).count() == 1
         assert not TokenLock.objects.exists()
         assert not Waiter.objects.exists()  # a left-over waiter would head the queue
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
-
-
-def test_every_wallet_is_seeded_with_spent_tokens_below_its_unspent_ones():
-    rows = (("a", 5),) * 25 + (("b", 3),) * 4
-    supply = database.seed(rows, "USD")
-    try:
-        assert supply == {"a": 125, "b": 12}  # the history is spent: no part of the supply
-        for wallet, unspent, spent in (("a", 25, 2), ("b", 4, 1)):
-            tokens = Token.objects.filter(wallet=wallet).order_by("id")
-            states = [token.spent_by for token in tokens]
-            assert states == [database.HISTORY_TX] * spent + [None] * unspent
-            assert database.history_size(unspent) == spent
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TABLE IF EXISTS bench_snapshot")
@@ -132,7 +117,7 @@ def test_a_point_starts_with_no_change_counted_towards_an_analysis():
     ``seed_generated`` ends the same way, but is not run here: its bulk load recreates the
     token table's indexes, which would change the plans later tests of this database check.
     """
-    database.seed((("w", 5), ("w", 7)), "USD")
+    seeding.seed((("w", 5), ("w", 7)), "USD")
     try:
         for token in Token.objects.all():
             make_lock(token)
@@ -155,7 +140,7 @@ def test_a_quiet_spell_leaves_the_lock_table_vacuumed_empty_and_housekept():
     """``--quiet-spell``: the point starts as the next burst after a quiet spell would."""
     from locks.models import HousekeepingRun
 
-    database.seed([("w", 1)] * 300, "USD")
+    seeding.seed([("w", 1)] * 300, "USD")
     try:
         runs = HousekeepingRun.objects.count()
 
@@ -176,7 +161,7 @@ def test_a_reset_zeroes_the_change_counts_before_it_restores_the_tokens():
     """Until then an autovacuum worker may take the emptied lock table for one to vacuum."""
     from django.test.utils import CaptureQueriesContext
 
-    database.seed((("w", 5), ("w", 7)), "USD")
+    seeding.seed((("w", 5), ("w", 7)), "USD")
     try:
         with CaptureQueriesContext(connection) as queries:
             database.reset()
@@ -194,7 +179,7 @@ def test_the_reference_starts_its_points_from_the_same_tokens_and_no_lock():
     from bench.strategies import reference
 
     reference.install()
-    database.seed((("w", 5), ("w", 7), ("v", 3)), "USD")
+    seeding.seed((("w", 5), ("w", 7), ("v", 3)), "USD")
     try:
         with connection.cursor() as cursor:
             cursor.execute("INSERT INTO reference_lock VALUES (1, 'left-over', 1, now())")
