@@ -50,9 +50,12 @@ BACKOFF_ATTEMPTS = 3
 BACKOFF_MIN = 0.005
 BACKOFF_MAX = 0.050
 # Seconds a selection waits for held funds before it takes its key's turn (sherdlock.turns), so
-# that what comes free goes to the selections that waited rather than to the newest: long
-# enough that a calm wallet never takes one, short against a contested wallet's waits.
-TURN_AFTER = 0.02
+# that what comes free goes to the selections that waited rather than to the newest. The turn is
+# for the unlucky: twice the longest backoff sleep, a wait that ordinary contention does not
+# reach. Every selection of a busy wallet waits some milliseconds, more on a loaded host, and a
+# turn taken then makes the wallet's newcomers wait behind it, one holder at a time: the wallet
+# would serve its selections in turn where they could have run side by side.
+TURN_AFTER = 2 * BACKOFF_MAX
 # How often the turn's holder refetches, and the longest a selection waits at a time for a turn.
 TURN_POLL = 0.001
 YIELD_LIMIT = 0.2
