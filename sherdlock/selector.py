@@ -246,8 +246,9 @@ class Selector:
             return
         cache = self._cache_for(rnd.strategy.order)
         # Fetches in a row that locked nothing before the round gives up. An impatient round
-        # refetches at once: picks all taken by concurrent statements say nothing about what is
-        # free now; only a shortfall tells that others hold what is needed.
+        # refetches at once, and a patient one after a lost race (below): picks all taken by
+        # concurrent statements say nothing about what is free now; only a shortfall tells that
+        # others hold what is needed.
         allowed_stalls = config.max_retries
         fetches = total_before_fetch = 0
         stalled = 0.0  # refetches with nothing locked since the previous fetch (turns: weighed)
@@ -255,6 +256,10 @@ class Selector:
         # Once a random batch comes back short (FetchResult.short_batch) the round fetches the
         # wallet's largest free tokens; its cache holds no better ones.
         largest_first = just_switched = False
+        # The latest fetch lost every token it tried to selections that took them after its
+        # snapshot: what it read covered the need, so the next fetch follows at once. It still
+        # counts as a stall, so a round of lost races ends as one of stalls does.
+        lost_race = False
         while rnd.total < rnd.quantity:
             rnd.bound()
             need = rnd.quantity - rnd.total
@@ -281,7 +286,7 @@ class Selector:
                     if shortfall is None:
                         shortfall = store.supply(rnd.key, rnd.tx_id)
                     rnd.raise_short(shortfall, self._config.retry_after)
-                if stalled and patient:
+                if stalled and patient and not lost_race:
                     now = self._clock()
                     self._sleep(turns.wait_for_funds(store, rnd, config, now, self._rng))
             total_before_fetch = rnd.total
@@ -302,6 +307,8 @@ class Selector:
             if claim.order == ORDER_RANDOM:
                 self._demand.measured(rnd.key, result.batch_rows, result.batch_total)
             fetches += 1
+            lost = bool(result.conflicts) and not result.granted
+            lost_race = lost and result.shortfall is None
             # The prefix a fetch tried to lock counts as attempts, like a try_lock batch.
             stats.lock_attempts += len(result.granted) + result.conflicts
             stats.lock_conflicts += result.conflicts
