@@ -307,8 +307,7 @@ class Selector:
             if claim.order == ORDER_RANDOM:
                 self._demand.measured(rnd.key, result.batch_rows, result.batch_total)
             fetches += 1
-            lost = bool(result.conflicts) and not result.granted
-            lost_race = lost and result.shortfall is None
+            lost_race = bool(result.conflicts) and not result.granted and result.shortfall is None
             # The prefix a fetch tried to lock counts as attempts, like a try_lock batch.
             stats.lock_attempts += len(result.granted) + result.conflicts
             stats.lock_conflicts += result.conflicts
