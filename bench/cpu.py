@@ -1,8 +1,8 @@
 """Where the cores go during a point: the CPU time of each group of processes (psutil).
 
 A point's processes fall into groups (the replicas or the load processes, the web server, the
-PostgreSQL server); ``Window`` reads each group's user + system time when the point's clock
-starts and again when it stops, from a thread of its own, and reports the difference per
+PostgreSQL server); ``Window`` reads each group's user + system time as the point's clock
+starts and again, from a thread of its own, when it stops, and reports the difference per
 selection. A process that starts within the window counts from its start; one that exits
 within it is lost (none of the groups' processes does so during a point).
 
@@ -77,20 +77,25 @@ def _read(groups: dict[str, Group]) -> dict[str, dict[int, float]]:
 
 
 class Window:
-    """Read the groups' CPU time at ``start_at`` and at ``end_at`` (``time.monotonic``)."""
+    """Read the groups' CPU time now and again at ``end_at`` (``time.monotonic``).
 
-    def __init__(self, groups: dict[str, Group], start_at: float, end_at: float) -> None:
+    Made as a point's clock starts. The first reading is taken by the caller, not by the
+    thread that waits for the end: on a busy host a thread may first run after the point has
+    ended, and a window whose two readings it took back to back would charge the point
+    nothing.
+    """
+
+    def __init__(self, groups: dict[str, Group], end_at: float) -> None:
         self._groups = groups
-        self._readings: list[dict[str, dict[int, float]]] = []
+        self._readings: list[dict[str, dict[int, float]]] = [_read(groups)]
         self._thread = threading.Thread(
-            target=self._run, args=(start_at, end_at), name="cpu-window", daemon=True
+            target=self._run, args=(end_at,), name="cpu-window", daemon=True
         )
         self._thread.start()
 
-    def _run(self, start_at: float, end_at: float) -> None:
-        for at in (start_at, end_at):
-            time.sleep(max(0.0, at - time.monotonic()))
-            self._readings.append(_read(self._groups))
+    def _run(self, end_at: float) -> None:
+        time.sleep(max(0.0, end_at - time.monotonic()))
+        self._readings.append(_read(self._groups))
 
     def result(self, selections: int) -> dict[str, float]:
         """Return each group's CPU milliseconds per selection over the window (waits for it)."""

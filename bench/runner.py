@@ -125,7 +125,7 @@ class Harness:
             load = [process.pid for process in pool.processes[:replicas]]
             if cpu.available():
                 groups = {"replicas": lambda: load, **cpu.server_groups()}
-                windows.append(cpu.Window(groups, start_at, end_at))
+                windows.append(cpu.Window(groups, end_at))
             if sampling:
                 samplers.append(asleep.Sampler(load, start_at, end_at))
             if on_start is not None:

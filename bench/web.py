@@ -261,11 +261,8 @@ def measure(
                 "web": lambda: cpu.with_descendants(server.process.pid),
                 "load": lambda: load,
             }
-            windows.append(
-                cpu.Window(
-                    {**groups, **cpu.server_groups()}, now := time.monotonic(), now + duration
-                )
-            )
+            end_at = time.monotonic() + duration
+            windows.append(cpu.Window({**groups, **cpu.server_groups()}, end_at))
 
     try:
         puts = run_load(

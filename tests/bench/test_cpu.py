@@ -78,9 +78,7 @@ def test_a_window_charges_each_group_what_it_used_between_its_two_readings():
         now = time.monotonic()
         child.stdin.write(f"{now + 0.5} 0.2\n")
         child.stdin.flush()
-        window = cpu.Window(
-            {"busy": lambda: [child.pid], "idle": lambda: [idle.pid]}, now + 0.05, now + 2.5
-        )
+        window = cpu.Window({"busy": lambda: [child.pid], "idle": lambda: [idle.pid]}, now + 2.5)
         used = window.result(selections=10)
         finished_at = float(child.stdout.readline())
     finally:
@@ -92,7 +90,24 @@ def test_a_window_charges_each_group_what_it_used_between_its_two_readings():
     # 0.2 s of CPU per 10 selections: 20 ms each, read in clock ticks of 10 ms.
     assert 18 <= used["busy"] <= 24
     assert used["idle"] < 2
-    assert cpu.Window({"busy": lambda: [child.pid]}, now, now).result(selections=0) == {}
+    assert cpu.Window({"busy": lambda: [child.pid]}, now).result(selections=0) == {}
+
+
+def test_a_window_reads_its_start_before_it_is_returned():
+    # Its thread may first run after the point has ended, on a busy host: had that thread taken
+    # the first reading, the two would come back to back and charge the point nothing.
+    read_at = []
+
+    def group():
+        read_at.append(time.monotonic())
+        return [os.getpid()]
+
+    window = cpu.Window({"self": group}, time.monotonic() + 0.3)
+    made_at = time.monotonic()
+    spin(0.2)
+    used = window.result(selections=1)
+    assert len(read_at) == 2 and read_at[0] <= made_at < read_at[1]
+    assert used["self"] >= 150  # the spin, in CPU milliseconds
 
 
 def test_describe_names_each_group_or_says_it_was_not_measured():
