@@ -161,6 +161,7 @@ def execute(
     params: dict[str, Any],
     using: str = DEFAULT_DB_ALIAS,
     threshold: int | None = -1,
+    connection: BaseDatabaseWrapper | None = None,
 ) -> psycopg.RawCursor:
     """Execute ``statement`` with its named ``params``; return the cursor holding its result.
 
@@ -169,9 +170,11 @@ def execute(
     transaction and turn driver errors into ``django.db`` errors. Building that wrapper, walking
     its empty chain of wrappers and looking the connection up twice more are a measurable share
     of a replica's work per select + release cycle, so the wrapper is built only when
-    something would see it.
+    something would see it. ``connection`` is this thread's wrapper for ``using`` when the
+    caller already has it.
     """
-    connection = connections[using]
+    if connection is None:
+        connection = connections[using]
     text, names = native(statement)
     raw_cursor = cursor(text, using, threshold, connection)
     values = [params[name] for name in names]

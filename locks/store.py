@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from clients import throttling
 from common import db, sessions
@@ -156,18 +157,19 @@ class PostgresTokenStore:
         token_ids: Sequence[int] | None = None,
         wallet: str | None = None,
     ) -> int:
+        connection = connections[self.using]
         params: dict[str, Any] = {
             "tx_id": tx_id,
             "fence": fence,
             "wallet": wallet,
             "token_ids": None,
-            "synchronous_commit": self._commit_mode(),
+            "synchronous_commit": self._commit_mode(connection),
         }
         if token_ids is not None:
             if not token_ids:
                 return 0
             params["token_ids"] = sorted(token_ids)
-        cursor = self._execute(locking.UNLOCK_STATEMENTS[wallet is not None], params)
+        cursor = self._execute(locking.UNLOCK_STATEMENTS[wallet is not None], params, connection)
         return cursor.rowcount
 
     def supply(self, key: WalletKey, tx_id: str) -> Supply:
@@ -218,11 +220,13 @@ class PostgresTokenStore:
 
     def _lock(self, fetch: bool, claim: Claim, params: dict[str, Any]) -> tuple:
         """Run the locking statement of this store's kind for ``claim``; return its row."""
+        # Looked up once: Django's lookup of a thread's connection costs microseconds a call.
+        connection = connections[self.using]
         params.update(
             {
                 "tx_id": claim.tx_id,
                 "fence": claim.fence,
-                "synchronous_commit": self._commit_mode(),
+                "synchronous_commit": self._commit_mode(connection),
                 "lease": self.lease,
                 "wallet": claim.key.wallet,
                 "currency": claim.key.currency,
@@ -244,8 +248,7 @@ class PostgresTokenStore:
             params["spare"] = claim.spare
         if contested:
             # A caller's transaction would hold the turn's lock until it ends (locking.TURN).
-            in_transaction = connections[self.using].in_atomic_block
-            params["yield_to_turn"] = claim.yield_to_turn and not in_transaction
+            params["yield_to_turn"] = claim.yield_to_turn and not connection.in_atomic_block
         # The first locking statement of a rate-limited request takes its units
         # (clients.throttling.charging) and locks nothing if a bucket refuses. The meter stays
         # pending until the statement has run: one that fails (cancelled, say) takes nothing, as
@@ -264,7 +267,7 @@ class PostgresTokenStore:
             record=claim.record,
             metered=meter is not None,
         )
-        row = db.one(self._execute(locking.LOCK_STATEMENTS[variant], params))
+        row = db.one(self._execute(locking.LOCK_STATEMENTS[variant], params, connection))
         if meter is None:
             return row
         throttling.take_pending()
@@ -288,13 +291,13 @@ class PostgresTokenStore:
             raise
         return True
 
-    def _commit_mode(self) -> str | None:
+    def _commit_mode(self, connection: BaseDatabaseWrapper) -> str | None:
         """Return the locking statements' synchronous_commit (locking.COMMIT_MODE).
 
         Asynchronous unless leases are durable; inside a caller's transaction the statement's
         commit is the caller's, so its commit mode is left alone (it may hold a spend).
         """
-        if self.durable or connections[self.using].in_atomic_block:
+        if self.durable or connection.in_atomic_block:
             return None
         return "off"
 
@@ -329,9 +332,14 @@ class PostgresTokenStore:
             )
         return None
 
-    def _execute(self, statement: str, params: dict[str, Any]) -> psycopg.Cursor:
+    def _execute(
+        self,
+        statement: str,
+        params: dict[str, Any],
+        connection: BaseDatabaseWrapper | None = None,
+    ) -> psycopg.Cursor:
         self.round_trips += 1
-        return db.execute(statement, params, self.using, self.prepare_threshold)
+        return db.execute(statement, params, self.using, self.prepare_threshold, connection)
 
 
 def _candidates(ids: list[int] | None, quantities: list[Decimal] | None) -> list[Candidate]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 
 from locks.models import TokenLock
@@ -226,3 +227,26 @@ class TestStatements:
         result = store.fetch_and_lock(claim("tx", 1, 2 * big), 4)
         assert sum(c.quantity for c in result.granted) == 2 * big
         assert store.supply(KEY, "tx").unspent == 2 * big
+
+    def test_a_locking_call_or_an_unlock_looks_its_connection_up_once(self, store, monkeypatch):
+        # Django finds a thread's connection through a context-local lookup that costs
+        # microseconds; the hot calls pay it once and hand the connection on.
+        tokens = make_tokens(4, quantity=5)
+        handler = type(connections)
+        looked_up = []
+        original = handler.__getitem__
+
+        def counted(self, alias):
+            looked_up.append(alias)
+            return original(self, alias)
+
+        monkeypatch.setattr(handler, "__getitem__", counted)
+        calls = [
+            lambda: store.fetch_and_lock(replace(claim("tx", 1, 5), contested=True), 4),
+            lambda: store.try_lock(claim("tx", 1), candidates(tokens[2:3])),
+            lambda: store.unlock("tx", 1, None, KEY.wallet),
+        ]
+        for call in calls:
+            looked_up.clear()
+            call()
+            assert looked_up == ["default"]
