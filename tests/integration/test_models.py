@@ -118,6 +118,24 @@ def test_the_token_table_has_only_the_indexes_its_readers_need():
     }
 
 
+def test_the_token_and_lock_tables_have_only_their_listed_checks():
+    """Each is parsed again at every execution of a statement that writes its table."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT conrelid::regclass::text, conname FROM pg_constraint"
+            " WHERE contype = 'c' AND conrelid IN ('tokens_token'::regclass,"
+            " 'locks_tokenlock'::regclass)"
+        )
+        checks = set(cursor.fetchall())
+    assert checks == {
+        ("tokens_token", "tokens_token_index_check"),
+        ("tokens_token", "token_quantity_range"),
+        ("tokens_token", "token_spent_fields_together"),
+        ("tokens_token", "token_names_not_empty"),
+        ("locks_tokenlock", "tokenlock_expiry_after_creation"),
+    }
+
+
 def test_a_selection_built_from_a_statement_row_is_the_row_the_orm_reads():
     from locks.services import select_tokens
 
