@@ -93,6 +93,8 @@ class TokenLock(models.Model):
             # pattern-ops twin (which db_index=True on a CharField would add to every insert).
             models.Index(fields=["spender_tx_id"], name="tokenlock_spender"),
         ]
+        # Its one CHECK is parsed again at every execution of a locking statement, as every
+        # CHECK of a table is for each statement that writes it (docs/performance.md).
         constraints = [
             models.CheckConstraint(
                 condition=Q(expires_at__gte=F("created_at")), name="tokenlock_expiry_after_creation"

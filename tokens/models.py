@@ -116,8 +116,8 @@ class Token(models.Model):
     # Every CHECK constraint below costs every statement that writes the table, per execution:
     # PostgreSQL keeps a constraint as a node string and parses and prepares it again for each
     # statement that inserts or updates rows (a spend: twice, its update and its insert). Writing
-    # them shorter or as one constraint saves little of it. Each one here guards a
-    # quantity, a name or the spent marks (``index``'s comes with PositiveIntegerField).
+    # them shorter or as one constraint saves little of it. Each one here guards a quantity, a
+    # name or the spent marks (``index``'s comes with PositiveIntegerField).
 
     class Meta:
         constraints = [
